@@ -1,0 +1,61 @@
+# The few entry points a person types. `make help` lists them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+# One scenario: make molecule SCENARIO=git_lfs
+SCENARIO ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+
+.PHONY: help setup lock lint unit harness molecule test lab lab-down clean
+
+help:  ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+setup: $(VENV)/.toolchain  ## virtualenv with the pinned toolchain (pyproject.toml + constraints.txt)
+
+$(VENV)/.toolchain: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["toolchain"]))' > $(VENV)/toolchain.txt
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -r $(VENV)/toolchain.txt
+	touch $@
+
+lock: setup  ## rewrite constraints.txt from the current virtualenv
+	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --all | grep -vE '^(pip|setuptools|wheel)=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+lint: setup  ## yamllint --strict, ansible-lint (production profile), ruff
+	yamllint --strict .
+	ansible-lint
+	ruff check .
+	ruff format --check .
+
+unit: setup  ## pytest: filter unit tests and playbook-level tests
+	pytest
+
+harness: setup  ## a Docker engine and the locally built base image
+	scripts/ensure-docker
+	scripts/build-base-image
+
+molecule: harness  ## every Molecule scenario (or SCENARIO=name)
+	for s in $(SCENARIO); do \
+	  echo "=== molecule test -s $$s"; \
+	  molecule test -s $$s || { echo "molecule scenario $$s failed" >&2; exit 1; }; \
+	done
+
+test: lint unit molecule  ## everything a reviewer runs, in that order
+
+lab:  ## bring up the local lab fleet and serve a tiny model (issue #9)
+	@echo "make lab: the lab is not built yet (issue #9, 'The lab: make lab brings up a local fleet')." >&2
+	@echo "          Until then, 'make test' exercises the roles against local containers." >&2
+	@exit 2
+
+lab-down:  ## remove everything `make lab` created
+	@echo "make lab-down: nothing to remove; the lab is not built yet (issue #9)." >&2
+	@exit 2
+
+clean:  ## remove the virtualenv and caches (images and containers stay)
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .coverage
