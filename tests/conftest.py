@@ -1,0 +1,50 @@
+"""Shared helpers: run ansible-playbook from the project root with its ansible.cfg."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def ansible_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_NOCOLOR="1",
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+    )
+    env.update(extra)
+    return env
+
+
+def run_playbook(*args: str | os.PathLike, **env: str) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook ARGS from the project root; output captured as text."""
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), *map(str, args)],
+        cwd=ROOT,
+        env=ansible_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture
+def playbook(tmp_path):
+    """Write a playbook into tmp_path and return its path: playbook(yaml_text)."""
+
+    def write(text: str, name: str = "play.yml") -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return write

@@ -1,0 +1,77 @@
+"""The project's wiring: playbooks parse against every inventory, every role has an
+argument spec, and the specs really reject bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import ROOT, run_playbook
+
+INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir() if p.is_dir())
+ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
+
+# A value of the wrong type for each argument-spec type that Ansible does not
+# silently convert from a string (str, list and path accept almost anything).
+WRONG = {"bool": "maybe", "int": "many", "float": "much", "dict": "not-a-dict"}
+
+
+def test_project_has_inventories_and_roles():
+    assert {"lab", "prod"} <= set(INVENTORIES)
+    assert ROLES, "no roles found under roles/"
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_site_syntax_check(inventory):
+    result = run_playbook("site.yml", "-i", f"inventories/{inventory}", "--syntax-check")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_site_lists_every_stage_task(inventory):
+    result = run_playbook("site.yml", "-i", f"inventories/{inventory}", "--list-tasks")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "git_lfs : configure | Install the git-lfs filter system-wide" in result.stdout
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_role_has_argument_spec_for_every_default(role):
+    spec_file = ROOT / "roles" / role / "meta" / "argument_specs.yml"
+    assert spec_file.is_file(), f"{role}: meta/argument_specs.yml is missing"
+    options = yaml.safe_load(spec_file.read_text())["argument_specs"]["main"].get("options", {})
+    defaults_file = ROOT / "roles" / role / "defaults" / "main.yml"
+    defaults = (yaml.safe_load(defaults_file.read_text()) or {}) if defaults_file.exists() else {}
+    undocumented = sorted(set(defaults) - set(options))
+    assert not undocumented, f"{role}: defaults without an argument spec entry: {undocumented}"
+    for name, opt in options.items():
+        assert name.startswith(f"{role}_"), f"{role}: option {name} lacks the role prefix"
+        assert opt.get("description"), f"{role}: option {name} has no description"
+        assert "type" in opt, f"{role}: option {name} has no type"
+
+
+def _bad_values(role: str) -> dict[str, object]:
+    spec = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    bad: dict[str, object] = {}
+    for name, opt in spec["argument_specs"]["main"].get("options", {}).items():
+        if opt.get("choices"):
+            bad[name] = "not-one-of-the-choices"
+        elif opt["type"] in WRONG:
+            bad[name] = WRONG[opt["type"]]
+    return bad
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_spec_rejects_wrong_types(role, playbook, tmp_path):
+    bad = _bad_values(role)
+    if not bad:
+        pytest.skip(f"{role} has no option whose wrong type the spec can catch")
+    extra = tmp_path / "bad.json"
+    extra.write_text(json.dumps(bad))
+    play = playbook(f"- hosts: localhost\n  connection: local\n  gather_facts: false\n  roles: [{role}]\n")
+    result = run_playbook(play, "-i", "localhost,", "--check", "-e", f"@{extra}")
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert "Validating arguments against arg spec" in out
+    for name in bad:
+        assert name in out, f"{role}: the spec did not name {name}:\n{out}"
