@@ -1,0 +1,142 @@
+"""Where a model's shards live and what a correct `<tp>-gpu` directory holds."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: ft_expected_files
+short_description: The files and sizes of a correct FasterTransformer shard directory
+description:
+  - ft_expected_files returns every weight file the FT backend opens in a C(<tp>-gpu)
+    directory, with its exact size in bytes, so a conversion can be verified before serving
+    (FT only warns on a missing or short file, then serves garbage).
+  - ft_shard_dir returns C(<model_dir>/fastertransformer/1/<tp>-gpu).
+  - ft_config_ini returns the config.ini text the backend needs, every required key present.
+options:
+  _input:
+    description: The family name (ft_expected_files), the model's Triton repository directory
+      (ft_shard_dir) or the ft_model_params result (ft_config_ini).
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Verify a conversion
+  ansible.builtin.stat:
+    path: "{{ model_dir | ft_shard_dir(tp) }}/{{ item.name }}"
+  loop: "{{ 'gptj' | ft_expected_files(params, tp, 'fp32') }}"
+
+- name: Write config.ini
+  ansible.builtin.copy:
+    content: "{{ params | ft_config_ini('gptj', 'fp32', tp) }}"
+    dest: "{{ model_dir | ft_shard_dir(tp) }}/config.ini"
+    mode: "0644"
+"""
+
+RETURN = r"""
+_value:
+  description: >-
+    ft_expected_files - a list of {name, bytes} sorted by name; ft_shard_dir - a path;
+    ft_config_ini - the text of config.ini.
+  type: raw
+"""
+
+import os
+import sys
+from typing import Any
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # Ansible loads plugins by path; the registry is a sibling module
+    sys.path.insert(0, _HERE)
+from ft_families import (  # noqa: E402
+    DTYPE_BYTES,
+    AnsibleFilterError,
+    check_dtype,
+    dims,
+    get_family,
+    numel,
+    positive_int,
+    require_params,
+    shard_shape,
+    weight_files,
+)
+
+
+def ft_shard_dir(model_dir: Any, tp: Any) -> str:
+    if not isinstance(model_dir, str) or not model_dir.strip("/"):
+        raise AnsibleFilterError(
+            f"ft_shard_dir: model_dir must be a model's Triton repository directory, got {model_dir!r}"
+        )
+    tp_n = positive_int(tp, "tensor_para_size", "ft_shard_dir")
+    return f"{model_dir.rstrip('/')}/fastertransformer/1/{tp_n}-gpu"
+
+
+def _tp_for(family: Any, params: Any, tp: Any, filter_name: str) -> int:
+    tp_n = positive_int(tp, "tensor_para_size", filter_name)
+    sizes = require_params(params, ("head_num", "inter_size"), filter_name)
+    for key in ("head_num", "inter_size"):
+        if sizes[key] % tp_n:
+            raise AnsibleFilterError(
+                f"{filter_name}: tensor_para_size {tp_n} does not divide {key} {sizes[key]} "
+                "(check it with ft_check_parallelism first)"
+            )
+    return tp_n
+
+
+def ft_expected_files(family: Any, params: Any, tp: Any, weight_dtype: Any) -> list[dict[str, Any]]:
+    fam = get_family(family, "ft_expected_files")
+    dtype = check_dtype(fam, weight_dtype, "ft_expected_files")
+    tp_n = _tp_for(family, params, tp, "ft_expected_files")
+    d = dims(params, "ft_expected_files")
+    if any("wpe" in t.name for t in fam.global_tensors(params)) and d.max_pos <= 0:
+        raise AnsibleFilterError("ft_expected_files: params lack max_pos_seq_len, needed for model.wpe.bin")
+    width = DTYPE_BYTES[dtype]
+    files = [
+        {"name": name, "bytes": numel(shard_shape(tensor, d, tp_n)) * width}
+        for name, tensor, _rank in weight_files(fam, params, tp_n)
+    ]
+    return sorted(files, key=lambda f: f["name"])
+
+
+def _ini_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def ft_config_ini(params: Any, family: Any, weight_dtype: Any, tp: Any) -> str:
+    fam = get_family(family, "ft_config_ini")
+    dtype = check_dtype(fam, weight_dtype, "ft_config_ini")
+    tp_n = _tp_for(family, params, tp, "ft_config_ini")
+    missing = [k for k in fam.ini_required_keys if k not in params]
+    if missing:
+        raise AnsibleFilterError(
+            f"ft_config_ini: params lack {', '.join(missing)}, required in [{fam.ini_section}] "
+            f"for {fam.name} (pass the result of ft_model_params(hf_config, '{fam.name}'))"
+        )
+    keys = list(fam.ini_required_keys)
+    # The family's optional keys that ft_model_params found, after the required ones.
+    optional = (
+        "rotary_embedding",
+        "max_pos_seq_len",
+        "layernorm_eps",
+        "use_gptj_residual",
+        "has_positional_encoding",
+        "has_pre_decoder_layernorm",
+        "has_post_decoder_layernorm",
+        "use_attention_linear_bias",
+    )
+    keys += [k for k in optional if k in params and k not in keys]
+    lines = [f"[{fam.ini_section}]"]
+    lines += [f"{key} = {_ini_value(params[key])}" for key in keys]
+    lines += [f"weight_data_type = {dtype}", f"tensor_para_size = {tp_n}"]
+    if fam.name == "bloom":
+        lines.append("model_variant = bloom")
+    return "\n".join(lines) + "\n"
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "ft_shard_dir": ft_shard_dir,
+            "ft_expected_files": ft_expected_files,
+            "ft_config_ini": ft_config_ini,
+        }

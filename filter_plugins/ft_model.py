@@ -1,0 +1,154 @@
+"""A model's FT parameters from its config.json, and the parallelism rules they impose."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: ft_model_params
+short_description: FasterTransformer parameters of a checkpoint, from its config.json
+description:
+  - Reads the Hugging Face config.json of a checkpoint (already parsed) with the key names of
+    its family and returns the sizes FT needs - head_num, size_per_head, inter_size, num_layer,
+    vocab_size, start_id, end_id, model_type - plus the family's own (rotary_embedding,
+    use_gptj_residual, layernorm_eps, max_pos_seq_len, the BLOOM layout flags).
+  - ft_check_parallelism (same file) checks tensor/pipeline parallel sizes against them.
+options:
+  _input:
+    description: The parsed config.json of the checkpoint.
+    type: dict
+    required: true
+  family:
+    description: gptj, gpt, gptneox, llama or bloom.
+    type: str
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Read the checkpoint's shape
+  ansible.builtin.set_fact:
+    __params: "{{ (lookup('file', ckpt ~ '/config.json') | from_json) | ft_model_params('gptj') }}"
+
+- name: Refuse a tensor-parallel size the model cannot split into
+  ansible.builtin.debug:
+    msg: "{{ __params | ft_check_parallelism(tp, pp, gpu_count) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The FT parameters (ft_model_params), or the params unchanged (ft_check_parallelism).
+  type: dict
+  sample: {family: gptj, model_type: GPT-J, head_num: 16, size_per_head: 256, inter_size: 16384,
+           num_layer: 28, vocab_size: 50400, start_id: 50256, end_id: 50256, rotary_embedding: 64,
+           hidden_size: 4096, model_name: gptj}
+"""
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # Ansible loads plugins by path; the registry is a sibling module
+    sys.path.insert(0, _HERE)
+from ft_families import (  # noqa: E402
+    AnsibleFilterError,
+    first_key,
+    divisors,
+    get_family,
+    positive_int,
+    require_params,
+)
+
+
+def ft_model_params(hf_config: Any, family: Any) -> dict[str, Any]:
+    fam = get_family(family, "ft_model_params")
+    if not isinstance(hf_config, Mapping):
+        raise AnsibleFilterError(
+            f"ft_model_params: expected the parsed config.json (a dict), got {type(hf_config).__name__}"
+        )
+
+    def size(key: str) -> int:
+        value = first_key(hf_config, fam.hf_keys[key], family)
+        return positive_int(value, f"config.json {'/'.join(fam.hf_keys[key])}", "ft_model_params")
+
+    hidden = size("hidden")
+    heads = size("heads")
+    if hidden % heads:
+        raise AnsibleFilterError(
+            f"ft_model_params: hidden size {hidden} is not a multiple of the head count {heads} "
+            f"in the {family} config.json (valid head counts: {', '.join(map(str, divisors(hidden)))})"
+        )
+    if "inter" in fam.hf_keys:
+        inter = size("inter")
+    else:  # n_inner may be absent or null: 4 x hidden then
+        n_inner = hf_config.get("n_inner")
+        inter = 4 * hidden if n_inner is None else positive_int(n_inner, "config.json n_inner", "ft_model_params")
+
+    ids = {}
+    for ft_key, hf_key in (("start_id", "bos_token_id"), ("end_id", "eos_token_id")):
+        value = hf_config.get(hf_key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise AnsibleFilterError(
+                f"ft_model_params: config.json of the {family} checkpoint has {hf_key} {value!r} "
+                f"(expected a token id >= 0, used as {ft_key})"
+            )
+        ids[ft_key] = value
+
+    params: dict[str, Any] = {
+        "family": fam.name,
+        "model_type": fam.model_type,
+        "model_name": str(hf_config.get("_name_or_path") or fam.name).rstrip("/").split("/")[-1] or fam.name,
+        "head_num": heads,
+        "size_per_head": hidden // heads,
+        "hidden_size": hidden,
+        "inter_size": inter,
+        "num_layer": size("layers"),
+        "vocab_size": size("vocab"),
+        **ids,
+    }
+    params.update(fam.extra_params(hf_config, params))
+    return params
+
+
+def ft_check_parallelism(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = None) -> Any:
+    sizes = require_params(params, ("head_num", "inter_size", "num_layer"), "ft_check_parallelism")
+    problems = []
+    tp_n = pp_n = None
+    for name, value in (("tensor_para_size", tp), ("pipeline_para_size", pp)):
+        try:
+            number = positive_int(value, name, "ft_check_parallelism")
+        except AnsibleFilterError as err:
+            problems.append(str(err).removeprefix("ft_check_parallelism: "))
+            continue
+        if name == "tensor_para_size":
+            tp_n = number
+        else:
+            pp_n = number
+    if tp_n is not None:
+        for key in ("head_num", "inter_size"):
+            if sizes[key] % tp_n:
+                valid = ", ".join(str(d) for d in divisors(sizes["head_num"]) if sizes["inter_size"] % d == 0)
+                problems.append(f"tensor_para_size {tp_n} does not divide {key} {sizes[key]} (valid: {valid})")
+    if pp_n is not None and sizes["num_layer"] % pp_n:
+        valid = ", ".join(map(str, divisors(sizes["num_layer"])))
+        problems.append(
+            f"pipeline_para_size {pp_n} does not divide num_layer {sizes['num_layer']} (valid: {valid})"
+        )
+    if gpu_count is not None and tp_n is not None and pp_n is not None:
+        try:
+            gpus = positive_int(gpu_count, "gpu_count", "ft_check_parallelism")
+        except AnsibleFilterError as err:
+            problems.append(str(err).removeprefix("ft_check_parallelism: "))
+        else:
+            if tp_n * pp_n != gpus:
+                problems.append(
+                    f"tensor_para_size {tp_n} x pipeline_para_size {pp_n} = {tp_n * pp_n} GPUs, "
+                    f"but {gpus} are assigned (one serving instance needs exactly tp x pp GPUs)"
+                )
+    if problems:
+        raise AnsibleFilterError("ft_check_parallelism: " + "; ".join(problems))
+    return params
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"ft_model_params": ft_model_params, "ft_check_parallelism": ft_check_parallelism}
