@@ -49,7 +49,7 @@ from typing import Any
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # Ansible loads plugins by path; the registry is a sibling module
     sys.path.insert(0, _HERE)
-from ft_families import AnsibleFilterError  # noqa: E402
+from ft_families import AnsibleFilterError
 
 # SM values FT's CMake builds kernels for; others silently fall back to a default set.
 FT_SMS = ("60", "61", "70", "75", "80", "86", "89", "90")
@@ -110,7 +110,9 @@ def _one_sm(cc: Any) -> str:
 def cuda_sm(compute_capability: Any) -> str:
     if isinstance(compute_capability, list | tuple):
         if not compute_capability:
-            raise AnsibleFilterError("cuda_sm: got an empty list of compute capabilities (a host with no GPU?)")
+            raise AnsibleFilterError(
+                "cuda_sm: got an empty list of compute capabilities (a host with no GPU?)"
+            )
         return ",".join(sorted({_one_sm(cc) for cc in compute_capability}, key=int))
     return _one_sm(compute_capability)
 
@@ -158,4 +160,8 @@ def triton_driver_ok(driver_version: Any, container_version: Any, datacenter: bo
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"cuda_sm": cuda_sm, "triton_min_driver": triton_min_driver, "triton_driver_ok": triton_driver_ok}
+        return {
+            "cuda_sm": cuda_sm,
+            "triton_min_driver": triton_min_driver,
+            "triton_driver_ok": triton_driver_ok,
+        }

@@ -45,7 +45,7 @@ from typing import Any
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # Ansible loads plugins by path; the registry is a sibling module
     sys.path.insert(0, _HERE)
-from ft_families import (  # noqa: E402
+from ft_families import (
     GEMM_DATA_TYPES,
     AnsibleFilterError,
     check_dtype,
@@ -83,7 +83,9 @@ def ft_converter_argv(
     label = model_name or os.path.basename(ckpt.rstrip("/")) or fam.name
     procs = [] if processes is None else ["-p", str(positive_int(processes, "processes", name))]
     if procs and fam.name in ("gptj", "llama"):
-        raise AnsibleFilterError(f"{name}: the {fam.name} converter takes no process count (processes must be None)")
+        raise AnsibleFilterError(
+            f"{name}: the {fam.name} converter takes no process count (processes must be None)"
+        )
     dtype_flag = [] if dtype == "fp32" else ["-weight_data_type", dtype]
 
     if fam.name == "gptj":

@@ -419,9 +419,7 @@ def positive_int(value: Any, what: str, filter_name: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise AnsibleFilterError(
-            f"{filter_name}: {what} must be a positive integer, got {value!r}"
-        ) from None
+        raise AnsibleFilterError(f"{filter_name}: {what} must be a positive integer, got {value!r}") from None
     if number <= 0:
         raise AnsibleFilterError(f"{filter_name}: {what} must be a positive integer, got {value!r}")
     return number

@@ -46,7 +46,7 @@ from typing import Any
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # Ansible loads plugins by path; the registry is a sibling module
     sys.path.insert(0, _HERE)
-from ft_families import (  # noqa: E402
+from ft_families import (
     DTYPE_BYTES,
     AnsibleFilterError,
     check_dtype,

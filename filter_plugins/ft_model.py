@@ -49,10 +49,10 @@ from typing import Any
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # Ansible loads plugins by path; the registry is a sibling module
     sys.path.insert(0, _HERE)
-from ft_families import (  # noqa: E402
+from ft_families import (
     AnsibleFilterError,
-    first_key,
     divisors,
+    first_key,
     get_family,
     positive_int,
     require_params,
@@ -81,7 +81,9 @@ def ft_model_params(hf_config: Any, family: Any) -> dict[str, Any]:
         inter = size("inter")
     else:  # n_inner may be absent or null: 4 x hidden then
         n_inner = hf_config.get("n_inner")
-        inter = 4 * hidden if n_inner is None else positive_int(n_inner, "config.json n_inner", "ft_model_params")
+        inter = (
+            4 * hidden if n_inner is None else positive_int(n_inner, "config.json n_inner", "ft_model_params")
+        )
 
     ids = {}
     for ft_key, hf_key in (("start_id", "bos_token_id"), ("end_id", "eos_token_id")):
@@ -109,41 +111,38 @@ def ft_model_params(hf_config: Any, family: Any) -> dict[str, Any]:
     return params
 
 
+def _count(value: Any, what: str, problems: list[str]) -> int | None:
+    """`value` as a positive int, or None with the problem appended."""
+    try:
+        return positive_int(value, what, "ft_check_parallelism")
+    except AnsibleFilterError as err:
+        problems.append(str(err).removeprefix("ft_check_parallelism: "))
+        return None
+
+
 def ft_check_parallelism(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = None) -> Any:
     sizes = require_params(params, ("head_num", "inter_size", "num_layer"), "ft_check_parallelism")
-    problems = []
-    tp_n = pp_n = None
-    for name, value in (("tensor_para_size", tp), ("pipeline_para_size", pp)):
-        try:
-            number = positive_int(value, name, "ft_check_parallelism")
-        except AnsibleFilterError as err:
-            problems.append(str(err).removeprefix("ft_check_parallelism: "))
-            continue
-        if name == "tensor_para_size":
-            tp_n = number
-        else:
-            pp_n = number
+    problems: list[str] = []
+    tp_n = _count(tp, "tensor_para_size", problems)
+    pp_n = _count(pp, "pipeline_para_size", problems)
+    gpus = None if gpu_count is None else _count(gpu_count, "gpu_count", problems)
     if tp_n is not None:
-        for key in ("head_num", "inter_size"):
-            if sizes[key] % tp_n:
-                valid = ", ".join(str(d) for d in divisors(sizes["head_num"]) if sizes["inter_size"] % d == 0)
-                problems.append(f"tensor_para_size {tp_n} does not divide {key} {sizes[key]} (valid: {valid})")
+        valid_tp = ", ".join(str(d) for d in divisors(sizes["head_num"]) if sizes["inter_size"] % d == 0)
+        problems += [
+            f"tensor_para_size {tp_n} does not divide {key} {sizes[key]} (valid: {valid_tp})"
+            for key in ("head_num", "inter_size")
+            if sizes[key] % tp_n
+        ]
     if pp_n is not None and sizes["num_layer"] % pp_n:
-        valid = ", ".join(map(str, divisors(sizes["num_layer"])))
+        valid_pp = ", ".join(map(str, divisors(sizes["num_layer"])))
         problems.append(
-            f"pipeline_para_size {pp_n} does not divide num_layer {sizes['num_layer']} (valid: {valid})"
+            f"pipeline_para_size {pp_n} does not divide num_layer {sizes['num_layer']} (valid: {valid_pp})"
         )
-    if gpu_count is not None and tp_n is not None and pp_n is not None:
-        try:
-            gpus = positive_int(gpu_count, "gpu_count", "ft_check_parallelism")
-        except AnsibleFilterError as err:
-            problems.append(str(err).removeprefix("ft_check_parallelism: "))
-        else:
-            if tp_n * pp_n != gpus:
-                problems.append(
-                    f"tensor_para_size {tp_n} x pipeline_para_size {pp_n} = {tp_n * pp_n} GPUs, "
-                    f"but {gpus} are assigned (one serving instance needs exactly tp x pp GPUs)"
-                )
+    if None not in (tp_n, pp_n, gpus) and tp_n * pp_n != gpus:
+        problems.append(
+            f"tensor_para_size {tp_n} x pipeline_para_size {pp_n} = {tp_n * pp_n} GPUs, "
+            f"but {gpus} are assigned (one serving instance needs exactly tp x pp GPUs)"
+        )
     if problems:
         raise AnsibleFilterError("ft_check_parallelism: " + "; ".join(problems))
     return params
