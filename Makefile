@@ -34,7 +34,7 @@ lint: setup  ## yamllint --strict, ansible-lint (production profile), ruff
 	ruff format --check .
 
 unit: setup  ## pytest: filter unit tests and playbook-level tests
-	pytest
+	pytest --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
 
 harness: setup  ## a Docker engine and the locally built base image
 	scripts/ensure-docker

@@ -118,7 +118,12 @@ def cuda_sm(compute_capability: Any) -> str:
 
 
 def triton_min_driver(container_version: Any) -> dict[str, Any]:
-    version = str(container_version).strip().removesuffix("-py3")
+    if not isinstance(container_version, str):
+        raise AnsibleFilterError(
+            f"triton_min_driver: container version {container_version!r} must be a string like '22.04' "
+            "(quote it in YAML: unquoted 22.10 is the number 22.1)"
+        )
+    version = container_version.strip().removesuffix("-py3")
     if version not in TRITON_DRIVERS:
         raise AnsibleFilterError(
             f"triton_min_driver: unknown Triton container version {container_version!r} "
