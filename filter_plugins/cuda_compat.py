@@ -95,9 +95,7 @@ def _one_sm(cc: Any) -> str:
     text = str(cc).strip().lower().removeprefix("sm_")
     match = re.fullmatch(r"(\d{1,2})\.(\d)", text) or re.fullmatch(r"(\d)(\d)", text)
     if isinstance(cc, bool) or not match:
-        raise AnsibleFilterError(
-            f"cuda_sm: compute capability {cc!r} is not of the form MAJOR.MINOR (e.g. 8.0, 9.0)"
-        )
+        raise AnsibleFilterError(f"cuda_sm: compute capability {cc!r} is not of the form MAJOR.MINOR (e.g. 8.0, 9.0)")
     sm = match.group(1) + match.group(2)
     if sm not in FT_SMS:
         raise AnsibleFilterError(
@@ -110,9 +108,7 @@ def _one_sm(cc: Any) -> str:
 def cuda_sm(compute_capability: Any) -> str:
     if isinstance(compute_capability, list | tuple):
         if not compute_capability:
-            raise AnsibleFilterError(
-                "cuda_sm: got an empty list of compute capabilities (a host with no GPU?)"
-            )
+            raise AnsibleFilterError("cuda_sm: got an empty list of compute capabilities (a host with no GPU?)")
         return ",".join(sorted({_one_sm(cc) for cc in compute_capability}, key=int))
     return _one_sm(compute_capability)
 

@@ -83,9 +83,7 @@ def ft_converter_argv(
     label = model_name or os.path.basename(ckpt.rstrip("/")) or fam.name
     procs = [] if processes is None else ["-p", str(positive_int(processes, "processes", name))]
     if procs and fam.name in ("gptj", "llama"):
-        raise AnsibleFilterError(
-            f"{name}: the {fam.name} converter takes no process count (processes must be None)"
-        )
+        raise AnsibleFilterError(f"{name}: the {fam.name} converter takes no process count (processes must be None)")
     dtype_flag = [] if dtype == "fp32" else ["-weight_data_type", dtype]
 
     if fam.name == "gptj":

@@ -181,9 +181,7 @@ class Family:
     hf_keys: Mapping[str, tuple[str, ...]]
     global_tensors: Callable[[Mapping[str, Any]], list[Tensor]]
     layer_tensors: Callable[[Mapping[str, Any]], list[Tensor]]
-    extra_params: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]] = field(
-        default=lambda hf, p: {}
-    )
+    extra_params: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]] = field(default=lambda hf, p: {})
 
 
 _BASE_KEYS = ("model_name", "head_num", "size_per_head", "inter_size", "num_layer", "vocab_size")
@@ -406,9 +404,7 @@ FAMILIES: dict[str, Family] = {
 def get_family(name: Any, filter_name: str = "ft_family") -> Family:
     """The Family called `name`, or an error naming the filter, the value and the valid names."""
     if not isinstance(name, str) or name not in FAMILIES:
-        raise AnsibleFilterError(
-            f"{filter_name}: unknown model family {name!r} (valid: {', '.join(sorted(FAMILIES))})"
-        )
+        raise AnsibleFilterError(f"{filter_name}: unknown model family {name!r} (valid: {', '.join(sorted(FAMILIES))})")
     return FAMILIES[name]
 
 

@@ -81,9 +81,7 @@ def ft_model_params(hf_config: Any, family: Any) -> dict[str, Any]:
         inter = size("inter")
     else:  # n_inner may be absent or null: 4 x hidden then
         n_inner = hf_config.get("n_inner")
-        inter = (
-            4 * hidden if n_inner is None else positive_int(n_inner, "config.json n_inner", "ft_model_params")
-        )
+        inter = 4 * hidden if n_inner is None else positive_int(n_inner, "config.json n_inner", "ft_model_params")
 
     ids = {}
     for ft_key, hf_key in (("start_id", "bos_token_id"), ("end_id", "eos_token_id")):
@@ -135,9 +133,7 @@ def ft_check_parallelism(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = Non
         ]
     if pp_n is not None and sizes["num_layer"] % pp_n:
         valid_pp = ", ".join(map(str, divisors(sizes["num_layer"])))
-        problems.append(
-            f"pipeline_para_size {pp_n} does not divide num_layer {sizes['num_layer']} (valid: {valid_pp})"
-        )
+        problems.append(f"pipeline_para_size {pp_n} does not divide num_layer {sizes['num_layer']} (valid: {valid_pp})")
     if None not in (tp_n, pp_n, gpus) and tp_n * pp_n != gpus:
         problems.append(
             f"tensor_para_size {tp_n} x pipeline_para_size {pp_n} = {tp_n * pp_n} GPUs, "

@@ -49,7 +49,5 @@ def test_a_bad_tp_fails_the_play_with_the_filter_message(playbook):
     result = run_playbook(play, "-i", "localhost,", "-e", "tp=3")
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
-    assert (
-        "ft_check_parallelism: tensor_para_size 3 does not divide head_num 16 (valid: 1, 2, 4, 8, 16)" in out
-    )
+    assert "ft_check_parallelism: tensor_para_size 3 does not divide head_num 16 (valid: 1, 2, 4, 8, 16)" in out
     assert "Show what the filters derive" not in out

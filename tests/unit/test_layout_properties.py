@@ -80,7 +80,5 @@ def test_shards_hold_exactly_the_model_parameters(model):
     assert sum(f["bytes"] for f in files) == width * closed_form_params(family, params)
 
     # Every layer carries the same set of tensors.
-    per_layer = Counter(
-        re.sub(r"^model\.layers\.\d+\.", "", n) for n in names if n.startswith("model.layers.")
-    )
+    per_layer = Counter(re.sub(r"^model\.layers\.\d+\.", "", n) for n in names if n.startswith("model.layers."))
     assert set(per_layer.values()) == {params["num_layer"]}
