@@ -151,8 +151,8 @@ def test_converter_argv_gpt2_seed():
         (("gptj", "/c", "/o", 8, "fp32"), {"num_layer": 28}, ["--n-inference-gpus", "8"]),
         (("gptj", "/c", "/o", 2, "fp32"), {"num_layer": 4}, ["--n-inference-gpus", "2", "--n-layers", "4"]),
         (("gpt", "/c", "/o", 2, "fp16"), {"processes": 4}, ["-i_g", "2", "-p", "4", "-weight_data_type", "fp16"]),
-        (("gptneox", "/models/h2ogpt", "/o", 1, "fp16"), {}, ["-i_g", "1", "-m_n", "h2ogpt", "-weight_data_type", "fp16"]),
-        (("llama", "/c/llama-7b/", "/o", 2, "bf16"), {}, ["-i_g", "2", "-m_n", "llama-7b", "-weight_data_type", "bf16"]),
+        (("gptneox", "/m/h2ogpt", "/o", 1, "fp16"), {}, ["-m_n", "h2ogpt", "-weight_data_type", "fp16"]),
+        (("llama", "/c/llama-7b/", "/o", 2, "bf16"), {}, ["-m_n", "llama-7b", "-weight_data_type", "bf16"]),
         (("bloom", "/c", "/o", 4, "fp16"), {}, ["-o", "/o", "-tp", "4", "-dt", "fp16"]),
         (("bloom", "/c", "/o", 1, "fp32"), {}, ["-o", "/o", "-tp", "1"]),
     ],
@@ -337,7 +337,7 @@ def test_expected_files_needs_max_pos_for_wpe():
 
 def test_expected_files_rejects_missing_num_layer():
     p = {k: v for k, v in params("gpt2").items() if k != "num_layer"}
-    with pytest.raises(AnsibleFilterError, match="params.num_layer must be a positive integer, got None"):
+    with pytest.raises(AnsibleFilterError, match=r"params\.num_layer must be a positive integer, got None"):
         ft_expected_files("gpt", p, 1, "fp32")
 
 
