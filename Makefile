@@ -34,13 +34,14 @@ lint: setup  ## yamllint --strict, ansible-lint (production profile), ruff
 	ruff format --check .
 
 unit: setup  ## pytest: filter unit tests and playbook-level tests
-	pytest --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
+	pytest -m "not docker" --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
 
 harness: setup  ## a Docker engine and the locally built base image
 	scripts/ensure-docker
 	scripts/build-base-image
 
-molecule: harness  ## every Molecule scenario (or SCENARIO=name)
+molecule: harness  ## the tests that need Docker, then every Molecule scenario (or SCENARIO=name)
+	pytest -m docker -p no:cacheprovider
 	for s in $(SCENARIO); do \
 	  echo "=== molecule test -s $$s"; \
 	  molecule test -s $$s || { echo "molecule scenario $$s failed" >&2; exit 1; }; \

@@ -13,7 +13,8 @@ description:
     its minimum driver branch, and the data-center compatibility drivers (from NVIDIA's
     Triton release notes).
   - triton_driver_ok(driver_version, container_version, datacenter) says whether a host's
-    driver runs that container, with the reason.
+    driver runs that container, with the reason. A bare branch (C("535")) stands for the newest
+    release of that branch, i.e. what a driver install of that branch gets.
 options:
   _input:
     description: Compute capability (cuda_sm), container version (triton_min_driver) or driver
@@ -138,6 +139,8 @@ def _version_tuple(text: str, what: str) -> tuple[int, ...]:
 def triton_driver_ok(driver_version: Any, container_version: Any, datacenter: bool = False) -> dict[str, Any]:
     need = triton_min_driver(container_version)
     have = _version_tuple(str(driver_version).strip(), "driver_version")
+    if len(have) == 1:  # a bare branch ("535"): the newest release of that branch
+        have = (have[0], 10**6)
     if have[0] >= need["min_driver"]:
         return {"ok": True, "reason": f"driver {driver_version} >= R{need['min_driver']}"}
     if datacenter:

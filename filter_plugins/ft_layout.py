@@ -96,6 +96,31 @@ def ft_expected_files(family: Any, params: Any, tp: Any, weight_dtype: Any) -> l
     return sorted(files, key=lambda f: f["name"])
 
 
+def ft_weight_bytes_per_gpu(family: Any, params: Any, tp: Any, data_type: Any) -> int:
+    """Bytes of weights one GPU holds at inference data_type: its rank's split tensors plus every
+    replicated one (FT casts the files to data_type on load)."""
+    fam = get_family(family, "ft_weight_bytes_per_gpu")
+    if data_type not in DTYPE_BYTES:
+        raise AnsibleFilterError(
+            f"ft_weight_bytes_per_gpu: data_type {data_type!r} is not one FT serves (valid: {', '.join(DTYPE_BYTES)})"
+        )
+    tp_n = _tp_for(family, params, tp, "ft_weight_bytes_per_gpu")
+    d = dims(params, "ft_weight_bytes_per_gpu")
+    elements = sum(
+        numel(shard_shape(tensor, d, tp_n))
+        for _name, tensor, rank in weight_files(fam, params, tp_n)
+        if rank in (None, 0)
+    )
+    return elements * DTYPE_BYTES[data_type]
+
+
+def ft_parameter_count(family: Any, params: Any) -> int:
+    """Parameters of the model as FT stores them (the sum of ft_expected_files at tp 1, in elements)."""
+    fam = get_family(family, "ft_parameter_count")
+    d = dims(params, "ft_parameter_count")
+    return sum(numel(tensor.shape(d)) for _name, tensor, _rank in weight_files(fam, params, 1))
+
+
 def _ini_value(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -139,4 +164,6 @@ class FilterModule:
             "ft_shard_dir": ft_shard_dir,
             "ft_expected_files": ft_expected_files,
             "ft_config_ini": ft_config_ini,
+            "ft_weight_bytes_per_gpu": ft_weight_bytes_per_gpu,
+            "ft_parameter_count": ft_parameter_count,
         }

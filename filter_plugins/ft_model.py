@@ -118,7 +118,9 @@ def _count(value: Any, what: str, problems: list[str]) -> int | None:
         return None
 
 
-def ft_check_parallelism(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = None) -> Any:
+def ft_parallelism_problems(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = None) -> list[str]:
+    """Every violated parallelism rule, as sentences (empty when valid): for reports that
+    collect all problems before failing. ft_check_parallelism raises them instead."""
     sizes = require_params(params, ("head_num", "inter_size", "num_layer"), "ft_check_parallelism")
     problems: list[str] = []
     tp_n = _count(tp, "tensor_para_size", problems)
@@ -139,6 +141,11 @@ def ft_check_parallelism(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = Non
             f"tensor_para_size {tp_n} x pipeline_para_size {pp_n} = {tp_n * pp_n} GPUs, "
             f"but {gpus} are assigned (one serving instance needs exactly tp x pp GPUs)"
         )
+    return problems
+
+
+def ft_check_parallelism(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = None) -> Any:
+    problems = ft_parallelism_problems(params, tp, pp, gpu_count)
     if problems:
         raise AnsibleFilterError("ft_check_parallelism: " + "; ".join(problems))
     return params
@@ -146,4 +153,8 @@ def ft_check_parallelism(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = Non
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"ft_model_params": ft_model_params, "ft_check_parallelism": ft_check_parallelism}
+        return {
+            "ft_model_params": ft_model_params,
+            "ft_check_parallelism": ft_check_parallelism,
+            "ft_parallelism_problems": ft_parallelism_problems,
+        }

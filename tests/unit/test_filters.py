@@ -9,8 +9,8 @@ from configs import GPT2, GPTJ_6B, H2OGPT_6_9B, KOGPT_6B, LLAMA_7B, SEEDS
 from cuda_compat import cuda_sm, triton_driver_ok, triton_min_driver
 from ft_commands import ft_converter_argv, ft_gemm_argv
 from ft_families import FAMILIES, AnsibleFilterError, ft_family
-from ft_layout import ft_config_ini, ft_expected_files, ft_shard_dir
-from ft_model import ft_check_parallelism, ft_model_params
+from ft_layout import ft_config_ini, ft_expected_files, ft_parameter_count, ft_shard_dir, ft_weight_bytes_per_gpu
+from ft_model import ft_check_parallelism, ft_model_params, ft_parallelism_problems
 
 
 def params(seed: str) -> dict:
@@ -475,3 +475,25 @@ def test_triton_driver_ok(driver, container, datacenter, ok):
 def test_triton_driver_ok_rejects_garbage_version():
     with pytest.raises(AnsibleFilterError, match="driver_version 'none' is not a driver version"):
         triton_driver_ok("none", "22.04")
+
+
+# ---------------------------------------------------------------- sizes for preflight
+def test_parallelism_problems_lists_without_raising():
+    assert ft_parallelism_problems(params("gptj-6b"), 1, 1, 1) == []
+    assert ft_parallelism_problems(params("gptj-6b"), 2, 1, 1) == [
+        "tensor_para_size 2 x pipeline_para_size 1 = 2 GPUs, but 1 are assigned "
+        "(one serving instance needs exactly tp x pp GPUs)"
+    ]
+
+
+def test_parameter_count_and_bytes_per_gpu():
+    assert ft_parameter_count("llama", params("llama-7b")) == 6_738_415_616
+    whole = ft_weight_bytes_per_gpu("llama", params("llama-7b"), 1, "fp16")
+    half = ft_weight_bytes_per_gpu("llama", params("llama-7b"), 2, "fp16")
+    assert whole == 2 * 6_738_415_616
+    # Two GPUs each hold half the split weights and all the replicated ones: embedding,
+    # lm_head and the norm weights.
+    replicated = 2 * 32000 * 4096 + 4096 + 32 * 2 * 4096
+    assert half == 2 * ((6_738_415_616 - replicated) // 2 + replicated)
+    with pytest.raises(AnsibleFilterError, match="data_type 'int8' is not one FT serves"):
+        ft_weight_bytes_per_gpu("llama", params("llama-7b"), 1, "int8")

@@ -1,0 +1,110 @@
+"""Validation of a fleet_model definition from the inventory, problem by problem."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: fleet_model_problems
+short_description: Every problem of a fleet_model definition, as sentences
+description:
+  - Checks the model a host serves (the inventory's C(fleet_model)) and returns one sentence per
+    problem, naming the key, its value and what would be valid; an empty list when it is valid.
+    Used by the preflight role, which reports all problems of a host at once.
+options:
+  _input:
+    description: The fleet_model dict.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Collect the model definition's problems
+  ansible.builtin.set_fact:
+    problems: "{{ fleet_model | fleet_model_problems }}"
+"""
+
+RETURN = r"""
+_value:
+  description: Problems, empty when the definition is valid.
+  type: list
+  elements: str
+"""
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # Ansible loads plugins by path; the registry is a sibling module
+    sys.path.insert(0, _HERE)
+from ft_families import DTYPE_BYTES, FAMILIES, AnsibleFilterError
+
+DEFAULTS = {"checkpoint_dtype": "fp16", "data_type": "fp16"}
+
+
+def default_weight_dtype(family: str) -> str:
+    """fp16 where the family's converter writes it (half the disk of fp32), else its only dtype."""
+    allowed = FAMILIES[family].weight_dtypes
+    return "fp16" if "fp16" in allowed else allowed[0]
+
+
+def _str_problem(model: Mapping[str, Any], key: str, where: str = "fleet_model") -> list[str]:
+    value = model.get(key)
+    if not isinstance(value, str) or not value.strip():
+        return [f"{where}.{key}={value!r}: must be a non-empty string"]
+    return []
+
+
+def fleet_model_problems(model: Any) -> list[str]:
+    if not isinstance(model, Mapping):
+        return [f"fleet_model={model!r}: must be a dict (name, family, source, ...); see docs/variables.md"]
+    problems = _str_problem(model, "name")
+    family = model.get("family")
+    if family not in FAMILIES:
+        problems.append(f"fleet_model.family={family!r}: unknown model family (valid: {', '.join(sorted(FAMILIES))})")
+    source = model.get("source")
+    if not isinstance(source, Mapping):
+        problems.append(f"fleet_model.source={source!r}: must be a dict with url and revision")
+    else:
+        problems += _str_problem(source, "url", "fleet_model.source")
+        problems += _str_problem(source, "revision", "fleet_model.source")
+        commit = source.get("commit") or ""
+        if not isinstance(commit, str) or (commit and not re.fullmatch(r"[0-9a-f]{40}", commit)):
+            problems.append(f"fleet_model.source.commit={commit!r}: must be a full 40-character commit id or empty")
+        if not isinstance(source.get("token_required", False), bool):
+            problems.append(
+                f"fleet_model.source.token_required={source.get('token_required')!r}: must be true or false"
+            )
+    for key in ("checkpoint_dtype", "data_type"):
+        value = model.get(key, DEFAULTS[key])
+        if value not in DTYPE_BYTES:
+            problems.append(f"fleet_model.{key}={value!r}: must be one of {', '.join(DTYPE_BYTES)}")
+    if family in FAMILIES:
+        allowed = FAMILIES[family].weight_dtypes
+        weight = model.get("weight_dtype") or default_weight_dtype(family)
+        if weight not in allowed:
+            problems.append(
+                f"fleet_model.weight_dtype={weight!r}: the {family} converter writes {', '.join(allowed)} only"
+            )
+    return problems
+
+
+def fleet_model_resolved(model: Any) -> dict[str, Any]:
+    """fleet_model with its defaults filled in (dtypes, source.commit, source.token_required).
+    Call it on a model that fleet_model_problems accepts."""
+    problems = fleet_model_problems(model)
+    if problems:
+        raise AnsibleFilterError("fleet_model_resolved: " + "; ".join(problems))
+    source = {"commit": "", "token_required": False, **model["source"]}
+    return {
+        **DEFAULTS,
+        "weight_dtype": default_weight_dtype(model["family"]),
+        **model,
+        "source": {**source, "commit": source["commit"] or ""},
+    }
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"fleet_model_problems": fleet_model_problems, "fleet_model_resolved": fleet_model_resolved}

@@ -1,0 +1,176 @@
+"""The preflight stage against bad inputs: each run fails before any task changes anything,
+and its output names every problem. Runs playbooks/preflight.yml for real on this machine (a
+Debian 12 host) with recorded nvidia-smi outputs standing in for GPUs and local git
+repositories standing in for the model sources."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_playbook
+
+sys.path.insert(0, str(ROOT / "tests" / "unit"))
+from configs import GPT2, GPTJ_6B
+
+RECORDINGS = ROOT / "tests" / "fixtures" / "gpus"
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": "/usr/bin:/bin", "HOME": str(cwd)}  # fmt: skip
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def model_repo(root: Path, name: str, config: dict, branch: str = "main") -> str:
+    """A git repository holding a model's config.json (no weights: preflight never reads them)."""
+    repo = root / "sources" / name
+    repo.mkdir(parents=True)
+    git("init", "-q", "-b", branch, cwd=repo)
+    (repo / "config.json").write_text(json.dumps(config))
+    git("add", "config.json", cwd=repo)
+    git("commit", "-qm", "config", cwd=repo)
+    return f"file://{repo}"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("preflight")
+    inventory = root / "hosts.yml"
+    inventory.write_text(
+        "all:\n  children:\n    gpu_hosts:\n      hosts:\n        node1:\n"
+        f"          ansible_connection: local\n          ansible_python_interpreter: {sys.executable}\n"
+    )
+    sources = {
+        "gpt2": model_repo(root, "gpt2", GPT2),
+        "gptj": model_repo(root, "gpt-j-6b", GPTJ_6B),
+        # A GPT-J-shaped model of 600 layers: about 120 B parameters, for the disk and memory checks.
+        "huge": model_repo(root, "huge", {**GPTJ_6B, "n_layer": 600}),
+    }
+    return {"root": root, "inventory": inventory, "sources": sources}
+
+
+def preflight(lab, gpus: str, **overrides) -> tuple[int, str]:
+    extra = {
+        "ansible_become": False,
+        "gpu_facts_fact_path": str(lab["root"] / "facts.d"),
+        "gpu_facts_nvidia_smi": str(RECORDINGS / gpus / "nvidia-smi"),
+        "preflight_config_cache": str(lab["root"] / "cache"),
+        "fleet_data_root": str(lab["root"] / "data"),
+        "fleet_model": {"name": "gpt2", "family": "gpt", "source": {"url": lab["sources"]["gpt2"], "revision": "main"}},
+        "fleet_gpu_devices": [0],
+        **overrides,
+    }
+    (lab["root"] / "extra.json").write_text(json.dumps(extra))
+    result = run_playbook("playbooks/preflight.yml", "-i", lab["inventory"], "-e", f"@{lab['root'] / 'extra.json'}")
+    return result.returncode, result.stdout + result.stderr
+
+
+def changed_count(out: str) -> int:
+    match = re.search(r"node1\s+: ok=\d+\s+changed=(\d+)", out)
+    assert match, out
+    return int(match.group(1))
+
+
+def test_valid_inventory_passes(lab):
+    rc, out = preflight(lab, "a100x1")
+    assert rc == 0, out
+    assert "preflight passed: gpt2 (gpt, tp 1 x pp 1 on GPUs 0)" in out
+    # A second run with the fact installed changes nothing: the baseline for the failing runs.
+    rc, out = preflight(lab, "a100x1")
+    assert rc == 0, out
+    assert changed_count(out) == 0
+
+
+GPTJ = {"name": "gpt-j-6b", "family": "gptj", "source": {"revision": "main"}, "weight_dtype": "fp32"}
+
+
+@pytest.mark.parametrize(
+    ("case", "gpus", "overrides", "problems"),
+    [
+        ("tp does not divide head_num", "mixed8", {"model": "gptj", "fleet_gpu_devices": [0, 1, 2]},
+         ["fleet_tensor_para_size=3, fleet_pipeline_para_size=1, fleet_gpu_devices=[0, 1, 2] for gpt-j-6b: "
+          "tensor_para_size 3 does not divide head_num 16 (valid: 1, 2, 4, 8, 16)"]),
+        ("more GPUs than present", "a100x1", {"fleet_gpu_devices": [0, 1]},
+         ["fleet_gpu_devices=[0, 1]: GPU index 1 does not exist (the host has 1 GPU(s): 0)"]),
+        ("device index that does not exist", "mixed8", {"fleet_gpu_devices": [0, 9]},
+         ["fleet_gpu_devices=[0, 9]: GPU index 9 does not exist (the host has 8 GPU(s): 0, 1, 2, 3, 4, 5, 6, 7)"]),
+        ("too little disk and GPU memory", "a100x1", {"model": "huge"},
+         ["fleet_data_root=", "huge needs", "GB (", "B parameters", "fix: free space or point fleet_data_root",
+          "fleet_tensor_para_size=1: huge needs", "MiB of weights per GPU at fp16"]),
+        ("driver too old for the container", "a100x1", {"fleet_triton_container_version": "25.04"},
+         ["installed driver=535.104.05 with fleet_triton_container_version=25.04: driver 535.104.05 is too old "
+          "for Triton 25.04 (CUDA 12.9): needs R575 or later"]),
+        ("missing token", "a100x1", {"token_required": True},
+         ["fleet_hf_token is empty but fleet_model.source.token_required is true"]),
+        ("bad model definition", "a100x1", {"fleet_model": {"name": "", "family": "gpt3", "source": {"url": "x"}}},
+         ["fleet_model.name='': must be a non-empty string",
+          "fleet_model.family='gpt3': unknown model family (valid: bloom, gpt, gptj, gptneox, llama)",
+          "fleet_model.source.revision=None: must be a non-empty string"]),
+        ("revision missing at the source", "a100x1", {"revision": "no-such-branch"},
+         ["fleet_model.source=file://", "@ no-such-branch: cannot use its config.json", "no-such-branch"]),
+        ("several problems at once", "mixed8",
+         {"model": "gptj", "fleet_gpu_devices": [0, 1, 11], "token_required": True},
+         ["GPU index 11 does not exist", "tensor_para_size 3 does not divide head_num 16", "fleet_hf_token is empty"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " in v else None,
+)  # fmt: skip
+def test_bad_input_fails_before_any_change_naming_every_problem(lab, case, gpus, overrides, problems):
+    if lab.get("installed") != gpus:  # install the gpus fact for this host: failing runs must change nothing
+        assert preflight(lab, gpus)[0] == 0
+        lab["installed"] = gpus
+    overrides = dict(overrides)
+    model = overrides.pop("model", None)
+    token_required = overrides.pop("token_required", None)
+    revision = overrides.pop("revision", None)
+    if model:
+        name = {"gptj": "gpt-j-6b", "huge": "huge"}[model]
+        overrides["fleet_model"] = {**GPTJ, "name": name, "source": {"url": lab["sources"][model], "revision": "main"}}
+    if token_required is not None or revision:
+        base = overrides.get("fleet_model") or {
+            "name": "gpt2", "family": "gpt", "source": {"url": lab["sources"]["gpt2"], "revision": "main"}}  # fmt: skip
+        source = {**base["source"], "revision": revision or base["source"]["revision"]}
+        if token_required is not None:
+            source["token_required"] = token_required
+        overrides["fleet_model"] = {**base, "source": source}
+    rc, out = preflight(lab, gpus, **overrides)
+    assert rc != 0, out
+    assert "preflight found" in out, out
+    assert "nothing was changed" in out, out
+    for problem in problems:
+        assert problem in out, f"{case}: {problem!r} not in output:\n{out}"
+    assert changed_count(out) == 0, out
+
+
+@pytest.mark.docker
+def test_unsupported_os_is_refused(lab):
+    """A real Debian 11 host (a container built with debootstrap) is not a supported OS."""
+    image = "ftfleet/debian11-systemd:latest"
+    env = {**__import__("os").environ, "FTFLEET_SUITE": "bullseye", "FTFLEET_BASE_IMAGE": image}
+    subprocess.run([str(ROOT / "scripts" / "build-base-image")], env=env, check=True)
+    name = "ftfleet-preflight-bullseye"
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    subprocess.run(["docker", "run", "-d", "--name", name, image, "sleep", "infinity"], check=True, capture_output=True)
+    try:
+        inventory = lab["root"] / "bullseye.yml"
+        inventory.write_text(
+            "all:\n  children:\n    gpu_hosts:\n      hosts:\n"
+            f"        {name}:\n          ansible_connection: community.docker.docker\n"
+        )
+        extra = lab["root"] / "bullseye.json"
+        gpt2 = {"name": "gpt2", "family": "gpt", "source": {"url": lab["sources"]["gpt2"], "revision": "main"}}
+        extra.write_text(json.dumps({"preflight_config_cache": str(lab["root"] / "cache"), "fleet_model": gpt2}))
+        result = run_playbook("playbooks/preflight.yml", "-i", inventory, "-e", f"@{extra}")
+        out = result.stdout + result.stderr
+        assert result.returncode != 0, out
+        assert "ansible_facts.distribution=Debian 11" in out
+        assert "operating system not supported (supported: Debian 12, Ubuntu 22.04/24.04, RedHat 9" in out
+        # The container has no NVIDIA GPU: that is reported in the same run.
+        assert "ansible_local.gpus.count=0: the host has no NVIDIA GPU but serves fleet_model.name=gpt2" in out
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
