@@ -46,16 +46,17 @@ _value:
 """
 
 import math
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-try:
+if "ansible" in sys.modules:  # loaded by Ansible: its error class, shown to the user as is
     from ansible.errors import AnsibleFilterError
-except ImportError:  # the native converter runs without Ansible installed
+else:  # the native converter and decoder, or unit tests: importing Ansible would patch the interpreter
 
     class AnsibleFilterError(Exception):  # type: ignore[no-redef]
-        """Stand-in with the same meaning when Ansible is not installed."""
+        """The filter errors' class outside Ansible."""
 
 
 # Bytes per element of each weight dtype FT reads.
@@ -218,8 +219,24 @@ def _bloom_extra(hf: Mapping[str, Any], p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _rope(hf: Mapping[str, Any], family: str) -> tuple[float, float]:
+    """(partial rotary factor, base) from either config.json spelling: the older top-level keys
+    (rotary_pct, rotary_emb_base, rope_theta) or transformers 5's rope_parameters."""
+    rope = hf.get("rope_parameters") or {}
+    pct = hf.get("rotary_pct", rope.get("partial_rotary_factor", hf.get("partial_rotary_factor", 0.25)))
+    base = hf.get("rotary_emb_base", hf.get("rope_theta", rope.get("rope_theta", 10000.0)))
+    scaling = hf.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
+    if float(base) != 10000.0 or scaling:
+        raise AnsibleFilterError(
+            f"ft_model_params: the {family} config.json asks for rotary base {base}"
+            f"{' and scaling ' + str(scaling) if scaling else ''}; FasterTransformer's kernels use base 10000 "
+            "without scaling (valid: rope_theta/rotary_emb_base 10000, no rope_scaling)"
+        )
+    return float(pct), float(base)
+
+
 def _gptneox_extra(hf: Mapping[str, Any], p: Mapping[str, Any]) -> dict[str, Any]:
-    pct = hf.get("rotary_pct", 1.0)
+    pct, _base = _rope(hf, "gptneox")
     return {
         "rotary_embedding": int(p["size_per_head"] * pct),
         "use_gptj_residual": bool(hf.get("use_parallel_residual", True)),
@@ -236,6 +253,7 @@ def _llama_extra(hf: Mapping[str, Any], p: Mapping[str, Any]) -> dict[str, Any]:
             f"num_attention_heads {p['head_num']}: grouped-query attention (e.g. LLaMA-2-70B) "
             "is not supported by the FasterTransformer LLaMA converter (valid: equal head counts)"
         )
+    _rope(hf, "llama")
     return {
         "rotary_embedding": p["size_per_head"],
         "layernorm_eps": hf.get("rms_norm_eps", 1e-6),

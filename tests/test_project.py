@@ -4,6 +4,7 @@ argument spec, and the specs really reject bad input."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import yaml
@@ -86,3 +87,26 @@ def test_argument_spec_rejects_wrong_types(role, playbook, tmp_path):
     assert "Validating arguments against arg spec" in out
     for name in bad:
         assert name in out, f"{role}: the spec did not name {name}:\n{out}"
+
+
+@pytest.mark.parametrize("where", [".", "playbooks"])
+def test_top_level_group_vars_load_for_site_and_stage_playbooks(where, tmp_path):
+    """group_vars/ at the top is read next to site.yml and, through the playbooks/group_vars
+    link, next to the stage playbooks; an inventory's host_vars still override it."""
+    inventory = tmp_path / "inv"
+    (inventory / "host_vars" / "h2").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text("all:\n  children:\n    gpu_hosts:\n      hosts:\n        h1:\n        h2:\n")
+    (inventory / "host_vars" / "h2" / "fleet.yml").write_text("fleet_data_root: /data/h2\n")
+    probe = ROOT / where / f".pytest-group-vars-{where.strip('.') or 'top'}.yml"
+    probe.write_text(
+        "- hosts: gpu_hosts\n  connection: local\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.debug:\n        msg: 'root={{ fleet_data_root }} tp={{ fleet_tensor_para_size }}'\n"
+    )
+    try:
+        result = run_playbook(probe, "-i", inventory, "-e", "ansible_python_interpreter=" + sys.executable)
+    finally:
+        probe.unlink()
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "root=/srv/ftfleet tp=1" in out  # h1: the fleet default from group_vars/all/fleet.yml
+    assert "root=/data/h2 tp=1" in out  # h2: its host_vars win

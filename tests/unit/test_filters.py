@@ -50,6 +50,28 @@ def test_model_params_n_inner_set_and_rotary_dim_null():
     assert got["rotary_embedding"] == 256  # null rotary_dim: rotary over the whole head
 
 
+def test_model_params_rope_parameters_of_transformers_5():
+    config = {k: v for k, v in H2OGPT_6_9B.items() if k not in ("rotary_pct", "rotary_emb_base")}
+    config["rope_parameters"] = {"rope_theta": 10000.0, "partial_rotary_factor": 0.5, "rope_type": "default"}
+    assert ft_model_params(config, "gptneox")["rotary_embedding"] == 64
+    # Neither spelling: transformers' own default for GPT-NeoX, a quarter of the head.
+    del config["rope_parameters"]
+    assert ft_model_params(config, "gptneox")["rotary_embedding"] == 32
+
+
+@pytest.mark.parametrize(
+    ("family", "config", "message"),
+    [("llama", {**LLAMA_7B, "rope_theta": 500000.0}, "rotary base 500000.0"),
+     ("llama", {**LLAMA_7B, "rope_scaling": {"type": "linear", "factor": 2.0}}, "scaling"),
+     ("gptneox", {**H2OGPT_6_9B, "rotary_emb_base": 20000}, "rotary base 20000")],
+)  # fmt: skip
+def test_model_params_refuses_rope_ft_cannot_run(family, config, message):
+    with pytest.raises(AnsibleFilterError, match=r"^ft_model_params: ") as err:
+        ft_model_params(config, family)
+    assert message in str(err.value)
+    assert "base 10000 without scaling" in str(err.value)
+
+
 def test_model_params_neox_sequential_residual():
     assert ft_model_params({**H2OGPT_6_9B, "use_parallel_residual": False}, "gptneox")["use_gptj_residual"] is False
 

@@ -1,0 +1,219 @@
+"""Convert a Hugging Face checkpoint to the FasterTransformer layout, on the CPU.
+
+    python3 -m ftnative.convert -i CKPT_DIR -o OUT_DIR --family gptj --tp 2 [--weight-dtype fp16]
+
+Writes OUT_DIR/<tp>-gpu/: config.ini and one raw little-endian file per weight (split tensors
+per rank), exactly the files ft_expected_files lists. The directory is built aside
+(OUT_DIR/.<tp>-gpu.<stamp>), verified file by file against ft_expected_files and the config.ini
+keys, and only then published: <tp>-gpu is a symlink flipped atomically to the new build, so a
+reader sees the old shards or the new ones, never a mix. A failure leaves the previous shards in
+place. Layers are converted in parallel (--workers), each worker holding a few tensors at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .checkpoint import Checkpoint, CheckpointError, f32_to_bf16
+from .hfmap import mapping
+from .registry import (
+    FAMILIES,
+    AnsibleFilterError,
+    dims,
+    ft_config_ini,
+    ft_expected_files,
+    ft_model_params,
+    ft_parallelism_problems,
+)
+
+MANIFEST = "conversion.json"
+
+
+class ConversionError(Exception):
+    """A conversion that cannot be done; the message says why."""
+
+
+def _write(array: np.ndarray, path: Path, dtype: str) -> int:
+    if dtype == "fp32":
+        data = np.ascontiguousarray(array, dtype="<f4")
+    elif dtype == "fp16":
+        data = np.ascontiguousarray(array, dtype="<f2")
+    else:
+        data = f32_to_bf16(array).astype("<u2")
+    data.tofile(path)
+    return data.nbytes
+
+
+def _convert_part(job: tuple[str, str, dict, int, str], layer: int | None, out: str) -> int:
+    """Write the files of one layer (or of the global tensors, layer None); return the bytes written.
+    job: (checkpoint directory, family, params, tp, weight dtype)."""
+    ckpt_dir, family, params, tp, dtype = job
+    ckpt = Checkpoint(ckpt_dir)
+    fam = FAMILIES[family]
+    make = mapping(family, ckpt.config)
+    d = dims(params, "ftnative.convert")
+    tensors = fam.global_tensors(params) if layer is None else fam.layer_tensors(params)
+    written = 0
+    for tensor in tensors:
+        full = make(tensor.name, ckpt, layer)
+        want = tensor.shape(d)
+        stem = tensor.name.replace("{L}", str(layer))
+        if full.shape != want:
+            raise ConversionError(f"{stem}: the checkpoint gives shape {full.shape}, FT needs {want}")
+        if tensor.split_axis is None:
+            written += _write(full, Path(out) / f"{stem}.bin", dtype)
+        else:
+            for rank, part in enumerate(np.split(full, tp, axis=tensor.split_axis)):
+                written += _write(part, Path(out) / f"{stem}.{rank}.bin", dtype)
+        del full
+    return written
+
+
+def verify(directory: Path, family: str, params: dict, tp: int, dtype: str) -> None:
+    """Raise ConversionError unless `directory` holds exactly the expected files and config.ini keys."""
+    expected = {f["name"]: f["bytes"] for f in ft_expected_files(family, params, tp, dtype)}
+    present = {p.name: p.stat().st_size for p in directory.glob("*.bin")}
+    problems = [f"missing {name}" for name in sorted(set(expected) - set(present))]
+    problems += [
+        f"{name} has {present[name]} bytes, expected {size}"
+        for name, size in sorted(expected.items())
+        if name in present and present[name] != size
+    ]
+    problems += [f"unexpected {name}" for name in sorted(set(present) - set(expected))]
+    ini = configparser.ConfigParser()
+    ini.read(directory / "config.ini")
+    section = FAMILIES[family].ini_section
+    if section not in ini:
+        problems.append(f"config.ini has no [{section}] section")
+    else:
+        problems += [f"config.ini lacks {key}" for key in FAMILIES[family].ini_required_keys if key not in ini[section]]
+    if problems:
+        raise ConversionError(f"{directory}: " + "; ".join(problems))
+
+
+def publish(build: Path, final: Path) -> None:
+    """Point `final` at `build` atomically (a symlink renamed over the old one) and drop the old build."""
+    old = final.resolve() if final.is_symlink() else None
+    if final.exists() and not final.is_symlink():
+        # A directory from another converter: move it aside first (a short window without shards).
+        aside = final.with_name(f".{final.name}.replaced-{os.getpid()}")
+        final.rename(aside)
+        old = aside
+    link = final.with_name(f".{final.name}.link-{os.getpid()}")
+    link.symlink_to(build.name)
+    os.replace(link, final)
+    if old is not None and old != build and old.exists():
+        shutil.rmtree(old)
+
+
+def convert(
+    ckpt_dir: str | Path,
+    out_dir: str | Path,
+    family: str,
+    tp: int,
+    weight_dtype: str = "fp32",
+    *,
+    workers: int = 1,
+    log=print,
+) -> Path:
+    """Convert and publish OUT_DIR/<tp>-gpu; return its path."""
+    if family not in FAMILIES:
+        raise ConversionError(f"unknown family {family!r} (valid: {', '.join(sorted(FAMILIES))})")
+    fam = FAMILIES[family]
+    if weight_dtype not in fam.weight_dtypes:
+        raise ConversionError(f"--weight-dtype {weight_dtype}: FT reads {', '.join(fam.weight_dtypes)} for {family}")
+    try:
+        ckpt = Checkpoint(ckpt_dir)
+        params = ft_model_params(ckpt.config, family)
+    except (CheckpointError, AnsibleFilterError, OSError, ValueError) as err:
+        raise ConversionError(str(err)) from None
+    problems = ft_parallelism_problems(params, tp, 1, None)
+    if problems:
+        raise ConversionError(f"--tp {tp}: " + "; ".join(problems))
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    final = out / f"{tp}-gpu"
+    build = Path(tempfile.mkdtemp(prefix=f".{tp}-gpu.{time.strftime('%Y%m%dT%H%M%S')}.", dir=out))
+    build.chmod(0o755)
+    started = time.monotonic()
+    try:
+        (build / "config.ini").write_text(ft_config_ini(params, family, weight_dtype, tp))
+        parts: list[int | None] = [None, *range(params["num_layer"])]
+        job = (str(ckpt_dir), family, params, tp, weight_dtype)
+        total = 0
+        if workers <= 1:
+            for done, layer in enumerate(parts, 1):
+                total += _convert_part(job, layer, str(build))
+                log(f"[{done}/{len(parts)}] {'embeddings and head' if layer is None else f'layer {layer}'}")
+        else:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
+                futures = {pool.submit(_convert_part, job, layer, str(build)): layer for layer in parts}
+                for done, future in enumerate(as_completed(futures), 1):
+                    total += future.result()
+                    layer = futures[future]
+                    log(f"[{done}/{len(parts)}] {'embeddings and head' if layer is None else f'layer {layer}'}")
+        verify(build, family, params, tp, weight_dtype)
+        manifest = {
+            "engine": "native",
+            "version": __version__,
+            "family": family,
+            "tp": tp,
+            "weight_dtype": weight_dtype,
+            "checkpoint": str(Path(ckpt_dir).resolve()),
+            "bytes": total,
+            "seconds": round(time.monotonic() - started, 2),
+        }
+        (build / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        publish(build, final)
+    except BaseException as err:
+        shutil.rmtree(build, ignore_errors=True)
+        if isinstance(err, CheckpointError | KeyError):
+            raise ConversionError(str(err).strip("'\"")) from None
+        raise
+    log(f"converted {family} for tp {tp} ({weight_dtype}): {total / 1e6:.1f} MB in {manifest['seconds']} s -> {final}")
+    return final
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m ftnative.convert",
+        description="Convert a Hugging Face checkpoint to FasterTransformer's <tp>-gpu layout, verified, on the CPU.",
+    )
+    parser.add_argument(
+        "-i", "--input", required=True, help="Hugging Face checkpoint directory (config.json + weights)"
+    )
+    parser.add_argument("-o", "--output", required=True, help="directory that receives <tp>-gpu/")
+    parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
+    parser.add_argument("--tp", type=int, required=True, help="tensor-parallel size")
+    parser.add_argument("--weight-dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel layer conversions")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args(argv)
+    if args.tp < 1 or args.workers < 1:
+        parser.error("--tp and --workers must be positive")
+    log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        final = convert(args.input, args.output, args.family, args.tp, args.weight_dtype, workers=args.workers, log=log)
+    except ConversionError as err:
+        print(f"ftnative.convert: error: {err}", file=sys.stderr)
+        return 2
+    print(final)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

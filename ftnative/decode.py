@@ -1,0 +1,308 @@
+"""A CPU reference decoder for FasterTransformer shard directories.
+
+    python3 -m ftnative.decode DIR --ids 1,2,3 --max-new-tokens 32 [--top-k 50 --top-p 0.9 --seed 1]
+
+Loads a `<tp>-gpu` directory (config.ini and the weight files, merging the tensor-parallel rank
+files along the registry's split axes), runs each family's forward pass in numpy (float32) and
+generates tokens greedily or by top-k/top-p sampling with a seed. It reads only the FT files, so
+it checks a conversion independently of the code that made it, and it is the engine of the lab's
+CPU stand-in for the FT backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .checkpoint import bf16_to_f32
+from .registry import FAMILIES, dims, shard_shape, weight_files
+
+_SECTION_FAMILY = {"gptj": "gptj", "gptneox": "gptneox", "llama": "llama", "gpt": "gpt"}
+_FILE_DTYPES = {"fp32": "<f4", "fp16": "<f2", "bf16": "<u2"}
+_INT_KEYS = ("head_num", "size_per_head", "inter_size", "num_layer", "vocab_size", "start_id", "end_id",
+             "rotary_embedding", "max_pos_seq_len", "tensor_para_size")  # fmt: skip
+
+
+class ModelError(Exception):
+    """A shard directory the decoder cannot load."""
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    # Abramowitz & Stegun 7.1.26 refined (max error 1.2e-7): float32-exact for GELU.
+    t = 1.0 / (1.0 + 0.5 * np.abs(x))
+    poly = t * np.exp(
+        -x * x - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806
+        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
+    )  # fmt: skip
+    return np.where(x >= 0, 1.0 - poly, poly - 1.0).astype(np.float32)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def _rotary(x: np.ndarray, dim: int, interleaved: bool, base: float = 10000.0) -> np.ndarray:
+    """Rotary position embedding on the first `dim` channels of x [T, heads, head_size]."""
+    positions = np.arange(x.shape[0], dtype=np.float32)[:, None]
+    inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    angles = positions * inv_freq  # [T, dim/2]
+    rot, rest = x[..., :dim], x[..., dim:]
+    if interleaved:  # GPT-J: pairs (0,1), (2,3), ...
+        sin = np.repeat(np.sin(angles), 2, axis=-1)[:, None, :]
+        cos = np.repeat(np.cos(angles), 2, axis=-1)[:, None, :]
+        swapped = np.stack([-rot[..., 1::2], rot[..., 0::2]], axis=-1).reshape(rot.shape)
+    else:  # GPT-NeoX, LLaMA: halves
+        sin = np.concatenate([np.sin(angles)] * 2, axis=-1)[:, None, :]
+        cos = np.concatenate([np.cos(angles)] * 2, axis=-1)[:, None, :]
+        half = dim // 2
+        swapped = np.concatenate([-rot[..., half:], rot[..., :half]], axis=-1)
+    return np.concatenate([rot * cos + swapped * sin, rest], axis=-1)
+
+
+def alibi_slopes(heads: int) -> np.ndarray:
+    closest = 2 ** math.floor(math.log2(heads))
+    base = 2 ** (-(2 ** -(math.log2(closest) - 3)))
+    slopes = [base ** (i + 1) for i in range(closest)]
+    if closest != heads:
+        extra = 2 ** (-(2 ** -(math.log2(2 * closest) - 3)))
+        slopes += [extra ** (i + 1) for i in range(0, 2 * (heads - closest), 2)]
+    return np.array(slopes, dtype=np.float32)
+
+
+@dataclass
+class Model:
+    family: str
+    params: dict
+    weights: dict[str, np.ndarray]
+
+    def w(self, name: str, layer: int | None = None) -> np.ndarray:
+        return self.weights[name if layer is None else name.replace("{L}", str(layer))]
+
+    @property
+    def eps(self) -> float:
+        return float(self.params.get("layernorm_eps", 1e-6 if self.family == "llama" else 1e-5))
+
+    def _attention(self, h: np.ndarray, layer: int) -> np.ndarray:
+        p = self.params
+        heads, hs = p["head_num"], p["size_per_head"]
+        qkv = h @ self.w("model.layers.{L}.attention.query_key_value.weight", layer).reshape(h.shape[1], -1)
+        bias = self.weights.get(f"model.layers.{layer}.attention.query_key_value.bias")
+        if bias is not None:
+            qkv = qkv + bias.reshape(-1)
+        q, k, v = (part.reshape(-1, heads, hs) for part in np.split(qkv, 3, axis=-1))
+        if self.family in ("gptj", "gptneox", "llama"):
+            interleaved = self.family == "gptj"
+            q = _rotary(q, p["rotary_embedding"], interleaved)
+            k = _rotary(k, p["rotary_embedding"], interleaved)
+        scores = np.einsum("thd,shd->hts", q, k) / math.sqrt(hs)
+        length = h.shape[0]
+        if self.family == "bloom":
+            scores = scores + alibi_slopes(heads)[:, None, None] * np.arange(length, dtype=np.float32)[None, None, :]
+        scores = np.where(np.tril(np.ones((length, length), dtype=bool))[None], scores, -np.inf)
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        probs = scores / scores.sum(-1, keepdims=True)
+        context = np.einsum("hts,shd->thd", probs, v).reshape(length, heads * hs)
+        return context @ self.w("model.layers.{L}.attention.dense.weight", layer)
+
+    def _mlp(self, h: np.ndarray, layer: int, act) -> np.ndarray:
+        up = h @ self.w("model.layers.{L}.mlp.dense_h_to_4h.weight", layer) + self.w(
+            "model.layers.{L}.mlp.dense_h_to_4h.bias", layer
+        )
+        return act(up) @ self.w("model.layers.{L}.mlp.dense_4h_to_h.weight", layer)
+
+    def _ln(self, name: str, x: np.ndarray, layer: int) -> np.ndarray:
+        return layernorm(x, self.w(f"{name}.weight", layer), self.w(f"{name}.bias", layer), self.eps)
+
+    def _layer(self, x: np.ndarray, i: int) -> np.ndarray:
+        """One decoder layer of the family on hidden states x [T, hidden]."""
+        f, w = self.family, self.w
+        if f == "gptj":  # parallel attention and MLP from one layernorm
+            h = self._ln("model.layers.{L}.input_layernorm", x, i)
+            mlp = self._mlp(h, i, gelu_tanh) + w("model.layers.{L}.mlp.dense_4h_to_h.bias", i)
+            return x + self._attention(h, i) + mlp
+        if f in ("gpt", "bloom"):
+            x = x + self._attention(self._ln("model.layers.{L}.input_layernorm", x, i), i)
+            x = x + w("model.layers.{L}.attention.dense.bias", i)
+            h = self._ln("model.layers.{L}.post_attention_layernorm", x, i)
+            return x + self._mlp(h, i, gelu_tanh) + w("model.layers.{L}.mlp.dense_4h_to_h.bias", i)
+        if f == "gptneox":
+            attn = self._attention(self._ln("model.layers.{L}.input_layernorm", x, i), i)
+            if self.params.get("use_gptj_residual"):
+                mlp = self._mlp(self._ln("model.layers.{L}.post_attention_layernorm", x, i), i, gelu)
+                return x + attn + mlp + w("model.layers.{L}.mlp.attention.bias.sum", i)
+            x = x + attn + w("model.layers.{L}.attention.dense.bias", i)
+            mlp = self._mlp(self._ln("model.layers.{L}.post_attention_layernorm", x, i), i, gelu)
+            return x + mlp + w("model.layers.{L}.mlp.dense_4h_to_h.bias", i)
+        # llama: RMSNorm, SiLU-gated MLP, no biases
+        h = rmsnorm(x, w("model.layers.{L}.input_layernorm.weight", i), self.eps)
+        x = x + self._attention(h, i)
+        h = rmsnorm(x, w("model.layers.{L}.post_attention_layernorm.weight", i), self.eps)
+        gate = h @ w("model.layers.{L}.mlp.gate_proj.weight", i)
+        up = h @ w("model.layers.{L}.mlp.up_proj.weight", i)
+        return x + (gate / (1.0 + np.exp(-gate)) * up) @ w("model.layers.{L}.mlp.down_proj.weight", i)
+
+    def logits(self, ids: list[int]) -> np.ndarray:
+        """Logits of the last position for the token sequence `ids`."""
+        f, eps, w = self.family, self.eps, self.w
+        x = w("model.wte.weight" if f == "llama" else "model.wte")[ids]
+        if f == "gpt":
+            x = x + w("model.wpe")[: len(ids)]
+        if f == "bloom":
+            x = layernorm(x, w("model.pre_decoder_layernorm.weight"), w("model.pre_decoder_layernorm.bias"), eps)
+        for i in range(self.params["num_layer"]):
+            x = self._layer(x, i)
+        last = x[-1]
+        if f == "llama":
+            return rmsnorm(last, w("model.final_layernorm.weight"), eps) @ w("model.lm_head.weight").T
+        last = layernorm(last, w("model.final_layernorm.weight"), w("model.final_layernorm.bias"), eps)
+        if f == "gptj":
+            return last @ w("model.lm_head.weight").T + w("model.lm_head.bias")
+        if f == "gptneox":
+            return last @ w("model.lm_head.weight").T
+        return last @ w("model.wte").T  # gpt, bloom: tied embedding
+
+    def generate(
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        *,
+        top_k: int = 1,
+        top_p: float = 0.0,
+        temperature: float = 1.0,
+        seed: int = 0,
+        end_id: int | None = None,
+    ) -> list[int]:
+        """New tokens after `ids`: greedy when top_k is 1 and top_p 0, else sampled with `seed`.
+        Stops after end_id (included), like the FT backend."""
+        rng = np.random.default_rng(seed)
+        out: list[int] = []
+        sequence = list(ids)
+        for _ in range(max_new_tokens):
+            logits = self.logits(sequence).astype(np.float64)
+            if top_k == 1 and top_p <= 0.0:
+                token = int(np.argmax(logits))
+            else:
+                token = int(_sample(logits / max(temperature, 1e-6), top_k, top_p, rng))
+            out.append(token)
+            sequence.append(token)
+            if end_id is not None and token == end_id:
+                break
+        return out
+
+
+def _sample(logits: np.ndarray, top_k: int, top_p: float, rng: np.random.Generator) -> int:
+    order = np.argsort(-logits, kind="stable")
+    if top_k > 0:
+        order = order[:top_k]
+    probs = np.exp(logits[order] - logits[order].max())
+    probs /= probs.sum()
+    if 0.0 < top_p < 1.0:
+        keep = np.searchsorted(np.cumsum(probs), top_p) + 1
+        order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
+    return order[rng.choice(len(order), p=probs)]
+
+
+def read_config(directory: Path) -> tuple[str, dict, str]:
+    ini = configparser.ConfigParser()
+    if not ini.read(directory / "config.ini"):
+        raise ModelError(f"{directory}: no config.ini")
+    section = next((s for s in ini.sections() if s in _SECTION_FAMILY), None)
+    if section is None:
+        raise ModelError(f"{directory}/config.ini: no [gptj], [gpt], [gptneox] or [llama] section")
+    raw = ini[section]
+    family = "bloom" if raw.get("model_variant") == "bloom" else _SECTION_FAMILY[section]
+    params: dict = {key: int(raw[key]) for key in _INT_KEYS if key in raw}
+    for key in ("has_positional_encoding", "has_pre_decoder_layernorm", "has_post_decoder_layernorm",
+                "use_attention_linear_bias", "use_gptj_residual"):  # fmt: skip
+        if key in raw:
+            params[key] = raw[key].strip().lower() in ("1", "true", "yes", "on")
+    if "layernorm_eps" in raw:
+        params["layernorm_eps"] = float(raw["layernorm_eps"])
+    return family, params, raw.get("weight_data_type", "fp32")
+
+
+def load(directory: str | Path) -> Model:
+    """Load a `<tp>-gpu` directory, merging its rank files."""
+    directory = Path(directory)
+    family, params, dtype = read_config(directory)
+    tp = params.get("tensor_para_size") or int(directory.resolve().name.split("-")[0].lstrip("."))
+    d = dims(params, "ftnative.decode")
+    fam = FAMILIES[family]
+    parts: dict[str, list[np.ndarray]] = {}
+    tensors = {}
+    for name, tensor, _rank in weight_files(fam, params, tp):
+        path = directory / name
+        shape = shard_shape(tensor, d, tp)
+        expected = math.prod(shape) * np.dtype(_FILE_DTYPES[dtype]).itemsize
+        if not path.exists() or path.stat().st_size != expected:
+            got = path.stat().st_size if path.exists() else "missing"
+            raise ModelError(f"{path}: {got} bytes, expected {expected} ({dtype} {shape})")
+        data = np.fromfile(path, dtype=_FILE_DTYPES[dtype])
+        data = bf16_to_f32(data) if dtype == "bf16" else data.astype(np.float32)
+        stem = name[: -len(".bin")]
+        if tensor.split_axis is not None:
+            stem = stem.rsplit(".", 1)[0]
+        parts.setdefault(stem, []).append(data.reshape(shape))
+        tensors[stem] = tensor
+    weights = {
+        stem: (chunks[0] if tensors[stem].split_axis is None else np.concatenate(chunks, axis=tensors[stem].split_axis))
+        for stem, chunks in parts.items()
+    }
+    return Model(family, params, weights)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m ftnative.decode",
+        description="Generate tokens on the CPU from a FasterTransformer <tp>-gpu directory.",
+    )
+    parser.add_argument("directory", help="the <tp>-gpu directory (config.ini + weight files)")
+    parser.add_argument("--ids", required=True, help="prompt token ids, comma-separated")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--top-k", type=int, default=1, help="1 (and --top-p 0): greedy")
+    parser.add_argument("--top-p", type=float, default=0.0)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        model = load(args.directory)
+        ids = [int(t) for t in args.ids.split(",") if t.strip()]
+    except (ModelError, ValueError) as err:
+        print(f"ftnative.decode: error: {err}", file=sys.stderr)
+        return 2
+    tokens = model.generate(
+        ids,
+        args.max_new_tokens,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        temperature=args.temperature,
+        seed=args.seed,
+        end_id=model.params.get("end_id"),
+    )
+    print(json.dumps({"output_ids": tokens}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
