@@ -1,0 +1,110 @@
+"""model_checkpoint against local git repositories with LFS objects (stand-ins for the Hub)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_playbook
+
+TOKEN = "hf_SECRET_TOKEN_must_not_leak_1234"
+ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+       "PATH": "/usr/bin:/bin"}  # fmt: skip
+
+
+def git(*args, cwd: Path) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env={**ENV, "HOME": str(cwd)}, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def source(tmp_path):
+    """A bare repository with an LFS-tracked weights file on branch `release`, two commits."""
+    work = tmp_path / "work"
+    work.mkdir()
+    git("init", "-q", "-b", "release", cwd=work)
+    git("lfs", "install", "--local", cwd=work)
+    git("lfs", "track", "*.bin", cwd=work)
+    (work / "config.json").write_text(json.dumps({"n_embd": 8}))
+    (work / "weights.bin").write_bytes(bytes(range(256)) * 64)
+    git("add", ".", cwd=work)
+    git("commit", "-qm", "first", cwd=work)
+    first = git("rev-parse", "HEAD", cwd=work)
+    (work / "weights.bin").write_bytes(bytes(reversed(range(256))) * 64)
+    git("commit", "-qam", "second", cwd=work)
+    second = git("rev-parse", "HEAD", cwd=work)
+    bare = tmp_path / "model.git"
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
+    git("lfs", "push", "--all", f"file://{bare}", cwd=work)
+    return {"url": f"file://{bare}", "bare": bare, "first": first, "second": second, "tmp": tmp_path}
+
+
+def fetch(playbook, source, **model_overrides) -> tuple[int, str]:
+    model = {"name": "tiny", "family": "gptj", "source": {"url": source["url"], "revision": "release"}}
+    model["source"].update(model_overrides)
+    extra = source["tmp"] / "extra.json"
+    extra.write_text(json.dumps({"fleet_model": model, "fleet_hf_token": TOKEN,
+                                 "fleet_data_root": str(source["tmp"] / "data")}))  # fmt: skip
+    play = playbook("- hosts: localhost\n  connection: local\n  gather_facts: false\n  roles: [model_checkpoint]\n")
+    result = run_playbook(
+        play, "-i", "localhost,", "-e", f"@{extra}", "-e", f"ansible_python_interpreter={sys.executable}"
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_fetch_verify_rerun_and_pin(playbook, source):
+    checkout = source["tmp"] / "data" / "checkpoints" / "tiny"
+    rc, out = fetch(playbook, source)
+    assert rc == 0, out
+    assert (checkout / "weights.bin").read_bytes() == bytes(reversed(range(256))) * 64
+    assert git("rev-parse", "HEAD", cwd=checkout) == source["second"]
+    # The token is in no log, no .git/config, no file of the checkout.
+    assert TOKEN not in out
+    assert TOKEN not in (checkout / ".git" / "config").read_text()
+    assert not subprocess.run(["grep", "-rl", TOKEN, str(checkout)], capture_output=True, check=False).stdout
+
+    rc, out = fetch(playbook, source)  # already at the commit: nothing happens
+    assert rc == 0, out
+    assert "changed=0" in out
+
+    rc, out = fetch(playbook, source, commit=source["first"])  # pin the older commit
+    assert rc == 0, out
+    assert git("rev-parse", "HEAD", cwd=checkout) == source["first"]
+    assert (checkout / "weights.bin").read_bytes() == bytes(range(256)) * 64
+
+
+def test_missing_lfs_object_is_an_error_not_a_pointer(playbook, source):
+    shutil.rmtree(source["bare"] / "lfs" / "objects")
+    rc, out = fetch(playbook, source)
+    assert rc != 0, out
+    assert "weights.bin" in out
+
+
+def test_unknown_revision_and_wrong_commit_fail_clearly(playbook, source):
+    rc, out = fetch(playbook, source, revision="no-such-branch")
+    assert rc != 0
+    assert "fleet_model.source.revision=no-such-branch is not on" in out
+    rc, out = fetch(playbook, source, commit="0" * 40)
+    assert rc != 0
+    assert TOKEN not in out
+
+
+def test_an_interrupted_pull_resumes_on_the_next_run(playbook, source):
+    objects = source["bare"] / "lfs" / "objects"
+    aside = source["tmp"] / "objects-aside"
+    objects.rename(aside)  # the download breaks off: the object cannot be fetched
+    rc, out = fetch(playbook, source)
+    assert rc != 0
+    assert "are LFS pointers, not their content: weights.bin" in out
+    aside.rename(objects)  # the network is back
+    rc, out = fetch(playbook, source)
+    assert rc == 0, out
+    checkout = source["tmp"] / "data" / "checkpoints" / "tiny"
+    assert (checkout / "weights.bin").read_bytes() == bytes(reversed(range(256))) * 64
