@@ -128,6 +128,7 @@ def convert(
     *,
     workers: int = 1,
     log=print,
+    inputs: dict | None = None,
 ) -> Path:
     """Convert and publish OUT_DIR/<tp>-gpu; return its path."""
     if family not in FAMILIES:
@@ -147,6 +148,10 @@ def convert(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     final = out / f"{tp}-gpu"
+    current = final.resolve() if final.is_symlink() else None
+    for stale in out.glob(f".{tp}-gpu.*"):  # builds of a run that was killed: never published
+        if stale.is_dir() and stale != current:
+            shutil.rmtree(stale, ignore_errors=True)
     build = Path(tempfile.mkdtemp(prefix=f".{tp}-gpu.{time.strftime('%Y%m%dT%H%M%S')}.", dir=out))
     build.chmod(0o755)
     started = time.monotonic()
@@ -176,6 +181,9 @@ def convert(
             "checkpoint": str(Path(ckpt_dir).resolve()),
             "bytes": total,
             "seconds": round(time.monotonic() - started, 2),
+            # What the caller says this conversion was made from (e.g. the checkpoint's commit),
+            # published together with the shards so a rerun can compare.
+            "inputs": inputs or {},
         }
         (build / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         publish(build, final)
@@ -202,12 +210,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weight-dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel layer conversions")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--inputs", default="{}", help="JSON object recorded as 'inputs' in conversion.json")
     args = parser.parse_args(argv)
     if args.tp < 1 or args.workers < 1:
         parser.error("--tp and --workers must be positive")
+    try:
+        inputs = json.loads(args.inputs)
+    except ValueError as err:
+        parser.error(f"--inputs is not JSON: {err}")
+    if not isinstance(inputs, dict):
+        parser.error("--inputs must be a JSON object")
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
-        final = convert(args.input, args.output, args.family, args.tp, args.weight_dtype, workers=args.workers, log=log)
+        final = convert(
+            args.input,
+            args.output,
+            args.family,
+            args.tp,
+            args.weight_dtype,
+            workers=args.workers,
+            log=log,
+            inputs=inputs,
+        )
     except ConversionError as err:
         print(f"ftnative.convert: error: {err}", file=sys.stderr)
         return 2
