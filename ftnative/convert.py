@@ -84,6 +84,14 @@ def _convert_part(job: tuple[str, str, dict, int, str], layer: int | None, out: 
 
 def verify(directory: Path, family: str, params: dict, tp: int, dtype: str) -> None:
     """Raise ConversionError unless `directory` holds exactly the expected files and config.ini keys."""
+    ini = configparser.ConfigParser()
+    ini.read(directory / "config.ini")
+    section = FAMILIES[family].ini_section
+    if section not in ini:
+        raise ConversionError(f"{directory}: config.ini has no [{section}] section")
+    missing_keys = [key for key in FAMILIES[family].ini_required_keys if key not in ini[section]]
+    if missing_keys:  # without them the expected files cannot even be listed
+        raise ConversionError(f"{directory}: " + "; ".join(f"config.ini lacks {key}" for key in missing_keys))
     expected = {f["name"]: f["bytes"] for f in ft_expected_files(family, params, tp, dtype)}
     present = {p.name: p.stat().st_size for p in directory.glob("*.bin")}
     problems = [f"missing {name}" for name in sorted(set(expected) - set(present))]
@@ -93,13 +101,6 @@ def verify(directory: Path, family: str, params: dict, tp: int, dtype: str) -> N
         if name in present and present[name] != size
     ]
     problems += [f"unexpected {name}" for name in sorted(set(present) - set(expected))]
-    ini = configparser.ConfigParser()
-    ini.read(directory / "config.ini")
-    section = FAMILIES[family].ini_section
-    if section not in ini:
-        problems.append(f"config.ini has no [{section}] section")
-    else:
-        problems += [f"config.ini lacks {key}" for key in FAMILIES[family].ini_required_keys if key not in ini[section]]
     if problems:
         raise ConversionError(f"{directory}: " + "; ".join(problems))
 
