@@ -244,3 +244,32 @@ def test_converting_a_2gb_checkpoint_keeps_memory_under_a_quarter_of_it(tmp_path
     result = run(tmp_path / "hf", tmp_path / "ft", tp=2, dtype="fp32", workers=1)
     assert result["peak_rss_share"] < 0.25, result
     assert sum(p.stat().st_size for p in (tmp_path / "ft" / "2-gpu").glob("*.bin")) >= 2_000_000_000
+
+
+def test_a_killed_conversion_leaves_the_old_shards_and_the_next_run_completes(tmp_path):
+    import signal  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from benchmarks.gptj_checkpoint import write  # noqa: PLC0415
+
+    write(tmp_path / "hf", hidden=256, layers=96, vocab=4096)
+    first = convert(tmp_path / "hf", tmp_path / "ft", "gptj", 2, "fp32", workers=1, log=lambda _m: None)
+    old_build = first.resolve()
+    (old_build / "model.wte.bin").stat()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "ftnative.convert", "-i", str(tmp_path / "hf"), "-o", str(tmp_path / "ft"),
+         "--family", "gptj", "--tp", "2", "--workers", "1"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stderr is not None
+    while "[2/" not in child.stderr.readline():  # a layer is written: kill it mid-way
+        pass
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    time.sleep(0.1)
+    assert first.resolve() == old_build  # still the old, complete shards
+    assert [p for p in (tmp_path / "ft").glob(".2-gpu.*") if p != old_build]  # the killed build's leftovers
+    load(first)  # every file there, at its size
+    again = convert(tmp_path / "hf", tmp_path / "ft", "gptj", 2, "fp32", workers=1, log=lambda _m: None)
+    assert again.resolve() != old_build
+    assert {p.name for p in (tmp_path / "ft").iterdir()} == {"2-gpu", again.resolve().name}  # leftovers gone
