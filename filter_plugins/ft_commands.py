@@ -52,6 +52,7 @@ from ft_families import (
     get_family,
     positive_int,
     require_params,
+    split_tp,
 )
 
 # The GPT-J converter's --n-layers default.
@@ -121,13 +122,7 @@ def ft_gemm_argv(
     else:
         valid = ", ".join(f"{k} ({v})" for k, v in GEMM_DATA_TYPES.items())
         raise AnsibleFilterError(f"{name}: data_type {data_type!r} is not known to gpt_gemm (valid: {valid})")
-    tp_n = positive_int(tp, "tensor_para_size", name)
-    for key in ("head_num", "inter_size"):
-        if sizes[key] % tp_n:
-            raise AnsibleFilterError(
-                f"{name}: tensor_para_size {tp_n} does not divide {key} {sizes[key]} "
-                "(check it with ft_check_parallelism first)"
-            )
+    tp_n = split_tp(params, tp, name)
     values = [
         positive_int(batch_size, "batch_size", name),
         positive_int(beam_width, "beam_width", name),

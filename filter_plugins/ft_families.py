@@ -466,6 +466,19 @@ def require_params(params: Any, keys: tuple[str, ...], filter_name: str) -> dict
     return {k: positive_int(params[k], f"params.{k}", filter_name) for k in keys}
 
 
+def split_tp(params: Any, tp: Any, filter_name: str) -> int:
+    """`tp` as a positive int that divides head_num and inter_size, or an error naming the filter."""
+    tp_n = positive_int(tp, "tensor_para_size", filter_name)
+    sizes = require_params(params, ("head_num", "inter_size"), filter_name)
+    for key in ("head_num", "inter_size"):
+        if sizes[key] % tp_n:
+            raise AnsibleFilterError(
+                f"{filter_name}: tensor_para_size {tp_n} does not divide {key} {sizes[key]} "
+                "(check it with ft_check_parallelism first)"
+            )
+    return tp_n
+
+
 def dims(params: Mapping[str, Any], filter_name: str) -> Dims:
     sizes = require_params(params, ("head_num", "size_per_head", "inter_size", "vocab_size"), filter_name)
     return Dims(

@@ -54,8 +54,8 @@ from ft_families import (
     get_family,
     numel,
     positive_int,
-    require_params,
     shard_shape,
+    split_tp,
     weight_files,
 )
 
@@ -69,22 +69,10 @@ def ft_shard_dir(model_dir: Any, tp: Any) -> str:
     return f"{model_dir.rstrip('/')}/fastertransformer/1/{tp_n}-gpu"
 
 
-def _tp_for(family: Any, params: Any, tp: Any, filter_name: str) -> int:
-    tp_n = positive_int(tp, "tensor_para_size", filter_name)
-    sizes = require_params(params, ("head_num", "inter_size"), filter_name)
-    for key in ("head_num", "inter_size"):
-        if sizes[key] % tp_n:
-            raise AnsibleFilterError(
-                f"{filter_name}: tensor_para_size {tp_n} does not divide {key} {sizes[key]} "
-                "(check it with ft_check_parallelism first)"
-            )
-    return tp_n
-
-
 def ft_expected_files(family: Any, params: Any, tp: Any, weight_dtype: Any) -> list[dict[str, Any]]:
     fam = get_family(family, "ft_expected_files")
     dtype = check_dtype(fam, weight_dtype, "ft_expected_files")
-    tp_n = _tp_for(family, params, tp, "ft_expected_files")
+    tp_n = split_tp(params, tp, "ft_expected_files")
     d = dims(params, "ft_expected_files")
     if any("wpe" in t.name for t in fam.global_tensors(params)) and d.max_pos <= 0:
         raise AnsibleFilterError("ft_expected_files: params lack max_pos_seq_len, needed for model.wpe.bin")
@@ -104,7 +92,7 @@ def ft_weight_bytes_per_gpu(family: Any, params: Any, tp: Any, data_type: Any) -
         raise AnsibleFilterError(
             f"ft_weight_bytes_per_gpu: data_type {data_type!r} is not one FT serves (valid: {', '.join(DTYPE_BYTES)})"
         )
-    tp_n = _tp_for(family, params, tp, "ft_weight_bytes_per_gpu")
+    tp_n = split_tp(params, tp, "ft_weight_bytes_per_gpu")
     d = dims(params, "ft_weight_bytes_per_gpu")
     elements = sum(
         numel(shard_shape(tensor, d, tp_n))
@@ -130,7 +118,7 @@ def _ini_value(value: Any) -> str:
 def ft_config_ini(params: Any, family: Any, weight_dtype: Any, tp: Any) -> str:
     fam = get_family(family, "ft_config_ini")
     dtype = check_dtype(fam, weight_dtype, "ft_config_ini")
-    tp_n = _tp_for(family, params, tp, "ft_config_ini")
+    tp_n = split_tp(params, tp, "ft_config_ini")
     missing = [k for k in fam.ini_required_keys if k not in params]
     if missing:
         raise AnsibleFilterError(
