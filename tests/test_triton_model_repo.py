@@ -1,0 +1,195 @@
+"""triton_model_repo: every config.pbtxt it writes parses with Triton's own schema, for every
+family, and a whole repository loads in a real tritonserver (the one in the nvidia-pytriton
+wheel) and answers through the ensemble, with the CPU stand-in (ftnative/triton_model.py) in
+place of the FT backend library, which cannot be built here."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_playbook
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+pytriton = pytest.importorskip("pytriton")
+model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
+from google.protobuf import text_format  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+from ftnative.convert import convert  # noqa: E402
+
+FAMILIES = {"gptj": "GPT-J", "gpt": "GPT", "gptneox": "GPT-NeoX", "llama": "Llama", "bloom": "GPT"}
+PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: triton_model_repo
+      vars:
+        fleet_model:
+          {{name: "{{{{ family }}}}", family: "{{{{ family }}}}", source: {{url: "file:///x", revision: main}}{model}}}
+        triton_model_repo_dir: "{root}/{{{{ family }}}}"
+        triton_model_repo_container_dir: "{container}"
+        triton_model_repo_container_tokenizer_dir: "{tokenizer}"
+      loop: {families}
+      loop_control:
+        loop_var: family
+"""
+
+
+def render(playbook, root: Path, families, *, container="/models", tokenizer="/tokenizer", model="", **extra):
+    """Run the role for each family into root/<family>; `model` adds keys to fleet_model."""
+    play = playbook(
+        PLAY.format(root=root, container=container, tokenizer=tokenizer, families=json.dumps(families), model=model)
+    )
+    extra_file = root.parent / f"{root.name}-extra.json"
+    extra_file.write_text(json.dumps({"fleet_tensor_para_size": 2, "ansible_python_interpreter": sys.executable,
+                                      **extra}))  # fmt: skip
+    result = run_playbook(play, "-i", "localhost,", "-e", f"@{extra_file}")
+    return result.returncode, result.stdout + result.stderr
+
+
+def parse(path: Path):
+    return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+
+
+def test_every_config_parses_with_tritons_schema_for_every_family(playbook, tmp_path):
+    rc, out = render(playbook, tmp_path / "repos", list(FAMILIES))
+    assert rc == 0, out
+    for family, model_type in FAMILIES.items():
+        repo = tmp_path / "repos" / family
+        configs = {name: parse(repo / name / "config.pbtxt")
+                   for name in ("fastertransformer", "ensemble", "preprocessing", "postprocessing")}  # fmt: skip
+        ft = configs["fastertransformer"]
+        params = {k: v.string_value for k, v in ft.parameters.items()}
+        assert ft.backend == "fastertransformer"
+        assert [g.kind for g in ft.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_CPU]
+        assert params["model_type"] == model_type
+        assert params["tensor_para_size"] == "2"
+        assert params["model_checkpoint_path"] == "/models/fastertransformer/1/2-gpu"
+        assert ("int8_mode" in params) == (family in ("gpt", "llama", "bloom"))
+        assert [s.model_name for s in configs["ensemble"].ensemble_scheduling.step] == [
+            "preprocessing", "fastertransformer", "postprocessing"]  # fmt: skip
+        assert configs["preprocessing"].parameters["tokenizer_dir"].string_value == "/tokenizer"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [({"triton_model_repo_dynamic_batching": True, "triton_model_repo_sequence_batching": True},
+      "both true: Triton takes one or the other"),
+     ({"triton_model_repo_sequence_batching": True}, "sequence_batching needs triton_model_repo_max_batch_size 1"),
+     ({"triton_model_repo_int8_mode": 1}, "the gptj backend has no int8 mode"),
+     ({"triton_model_repo_int8_mode": 3}, "valid 0, 1 (weight-only), 2")],
+)  # fmt: skip
+def test_invalid_combinations_are_refused(playbook, tmp_path, extra, message):
+    rc, out = render(playbook, tmp_path / "repos", ["gptj"], **extra)
+    assert rc != 0
+    assert message in out
+    assert not (tmp_path / "repos" / "gptj").exists()  # refused before writing anything
+
+
+def test_int8_with_fp32_is_refused(playbook, tmp_path):
+    rc, out = render(playbook, tmp_path / "repos", ["gpt"], model=", data_type: fp32", triton_model_repo_int8_mode=1)
+    assert rc != 0
+    assert "with fleet_model.data_type=fp32: int8 needs fp16 or bf16" in out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def tiny_gpt2(tmp_path):
+    """A tokenizer trained on local text and a tiny random GPT-2 of its vocabulary."""
+    checkpoint = tmp_path / "checkpoint"
+    texts = [(ROOT / name).read_text() for name in ("README.md", "docs/filters.md", "docs/images.md")]
+    bpe = tokenizers.ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=400, min_frequency=2, special_tokens=["<|endoftext|>"])
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>",
+                                                     bos_token="<|endoftext|>")  # fmt: skip
+    tokenizer.save_pretrained(checkpoint)
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=64, n_layer=2, n_head=4,
+                                     initializer_range=0.3, bos_token_id=tokenizer.eos_token_id,
+                                     eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(checkpoint)
+    return checkpoint, tokenizer, model
+
+
+def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(playbook, tmp_path, tiny_gpt2):
+    checkpoint, tokenizer, model = tiny_gpt2
+    repo = tmp_path / "repos" / "gpt"
+    site = Path(transformers.__file__).parents[1]
+    rc, out = render(playbook, tmp_path / "repos", ["gpt"], container=str(repo), tokenizer=str(checkpoint),
+                     fleet_tensor_para_size=1, triton_model_repo_python_path=f"{ROOT}:{site}")  # fmt: skip
+    assert rc == 0, out
+    convert(checkpoint, repo / "fastertransformer" / "1", "gpt", 1, "fp32", log=lambda _m: None)
+    # The FT backend library cannot be built here: the stand-in serves the same inputs/outputs.
+    ft_config = repo / "fastertransformer" / "config.pbtxt"
+    ft_config.write_text(
+        ft_config.read_text().replace('backend: "fastertransformer"', 'backend: "python"')
+        + f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
+    )
+    shutil.copy(ROOT / "ftnative" / "triton_model.py", repo / "fastertransformer" / "1" / "model.py")
+
+    server = Path(pytriton.__file__).parent / "tritonserver"
+    backends = tmp_path / "backends"
+    shutil.copytree(server / "backends", backends)
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    shutil.copy(server / "python_backend_stubs" / py / "triton_python_backend_stub", backends / "python")
+    http, grpc, metrics = _free_port(), _free_port(), _free_port()
+    env = {**os.environ, "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs")}
+    log = (tmp_path / "tritonserver.log").open("w")
+    proc = subprocess.Popen(
+        [str(server / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={backends}",
+         "--http-address=127.0.0.1", f"--http-port={http}", "--grpc-address=127.0.0.1", f"--grpc-port={grpc}",
+         f"--metrics-port={metrics}", "--allow-metrics=false"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None, (tmp_path / "tritonserver.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (tmp_path / "tritonserver.log").read_text()[-3000:]
+            time.sleep(1)
+        prompt = "Ansible automation that takes bare GPU hosts"
+        body = {"inputs": [
+            {"name": "INPUT_0", "shape": [1, 1], "datatype": "BYTES", "data": [prompt]},
+            {"name": "INPUT_1", "shape": [1, 1], "datatype": "UINT32", "data": [12]},
+            {"name": "INPUT_2", "shape": [1, 1], "datatype": "BYTES", "data": [""]},
+            {"name": "INPUT_3", "shape": [1, 1], "datatype": "BYTES", "data": [""]},
+        ]}  # fmt: skip
+        request = urllib.request.Request(f"http://127.0.0.1:{http}/v2/models/ensemble/infer",
+                                         data=json.dumps(body).encode(), method="POST")  # fmt: skip
+        answer = json.loads(urllib.request.urlopen(request, timeout=60).read())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+    text = answer["outputs"][0]["data"][0]
+    ids = tokenizer.encode(prompt)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    with torch.no_grad():
+        reference = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                   pad_token_id=tokenizer.eos_token_id)[0].tolist()  # fmt: skip
+    assert text == tokenizer.decode(reference)
+    assert text.startswith(prompt)
