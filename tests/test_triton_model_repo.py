@@ -152,7 +152,9 @@ def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(p
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
     shutil.copy(server / "python_backend_stubs" / py / "triton_python_backend_stub", backends / "python")
     http, grpc, metrics = _free_port(), _free_port(), _free_port()
-    env = {**os.environ, "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs")}
+    # The stub embeds the system libpython and takes its prefix from the python3 on PATH: keep
+    # the system one first, not a virtualenv (whose stdlib may come from another 3.11 build).
+    env = {**os.environ, "PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs")}
     log = (tmp_path / "tritonserver.log").open("w")
     proc = subprocess.Popen(
         [str(server / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={backends}",
