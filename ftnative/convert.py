@@ -120,6 +120,91 @@ def publish(build: Path, final: Path) -> None:
         shutil.rmtree(old)
 
 
+def _model_params(ckpt_dir: str | Path, family: str, tp: int, weight_dtype: str) -> dict:
+    """The FT parameters of the checkpoint, or ConversionError when it cannot be converted as asked."""
+    if family not in FAMILIES:
+        raise ConversionError(f"unknown family {family!r} (valid: {', '.join(sorted(FAMILIES))})")
+    fam = FAMILIES[family]
+    if weight_dtype not in fam.weight_dtypes:
+        raise ConversionError(f"--weight-dtype {weight_dtype}: FT reads {', '.join(fam.weight_dtypes)} for {family}")
+    try:
+        params = ft_model_params(Checkpoint(ckpt_dir).config, family)
+    except (CheckpointError, AnsibleFilterError, OSError, ValueError) as err:
+        raise ConversionError(str(err)) from None
+    problems = ft_parallelism_problems(params, tp, 1, None)
+    if problems:
+        raise ConversionError(f"--tp {tp}: " + "; ".join(problems))
+    return params
+
+
+def _clear_stale(out: Path, tp: int) -> Path:
+    """Remove builds of killed runs (never published) and return the path of OUT/<tp>-gpu."""
+    out.mkdir(parents=True, exist_ok=True)
+    final = out / f"{tp}-gpu"
+    current = final.resolve() if final.is_symlink() else None
+    for stale in out.glob(f".{tp}-gpu.*"):
+        if stale.is_dir() and stale != current:
+            shutil.rmtree(stale, ignore_errors=True)
+    return final
+
+
+def _seal(build: Path, final: Path, engine: str, family: str, tp: int, dtype: str, ckpt_dir, started, inputs) -> dict:
+    """Write the manifest into the verified build and publish it."""
+    total = sum(p.stat().st_size for p in build.glob("*.bin"))
+    manifest = {
+        "engine": engine,
+        "version": __version__,
+        "family": family,
+        "tp": tp,
+        "weight_dtype": dtype,
+        "checkpoint": str(Path(ckpt_dir).resolve()),
+        "bytes": total,
+        "seconds": round(time.monotonic() - started, 2),
+        # What the caller says this conversion was made from (e.g. the checkpoint's commit),
+        # published together with the shards so a rerun can compare.
+        "inputs": inputs or {},
+    }
+    (build / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    publish(build, final)
+    return manifest
+
+
+def adopt(
+    staged: str | Path,
+    ckpt_dir: str | Path,
+    out_dir: str | Path,
+    family: str,
+    tp: int,
+    weight_dtype: str = "fp32",
+    *,
+    inputs: dict | None = None,
+    engine: str = "upstream",
+) -> Path:
+    """Publish a <tp>-gpu directory written by another converter (the upstream one) as OUT_DIR/<tp>-gpu.
+
+    It is checked against the CHECKPOINT's shape (not only its own config.ini) before anything
+    moves; a directory that fails stays where it is and the published shards are untouched.
+    """
+    started = time.monotonic()
+    params = _model_params(ckpt_dir, family, tp, weight_dtype)
+    staged = Path(staged)
+    if not staged.is_dir():
+        raise ConversionError(f"{staged}: the converter wrote no directory here")
+    verify(staged, family, params, tp, weight_dtype)
+    out = Path(out_dir)
+    final = _clear_stale(out, tp)
+    build = Path(tempfile.mkdtemp(prefix=f".{tp}-gpu.{time.strftime('%Y%m%dT%H%M%S')}.", dir=out))
+    try:
+        build.rmdir()
+        os.rename(staged, build)  # same file system: the staging directory lives under OUT_DIR
+        build.chmod(0o755)
+        _seal(build, final, engine, family, tp, weight_dtype, ckpt_dir, started, inputs)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+    return final
+
+
 def convert(
     ckpt_dir: str | Path,
     out_dir: str | Path,
@@ -132,27 +217,9 @@ def convert(
     inputs: dict | None = None,
 ) -> Path:
     """Convert and publish OUT_DIR/<tp>-gpu; return its path."""
-    if family not in FAMILIES:
-        raise ConversionError(f"unknown family {family!r} (valid: {', '.join(sorted(FAMILIES))})")
-    fam = FAMILIES[family]
-    if weight_dtype not in fam.weight_dtypes:
-        raise ConversionError(f"--weight-dtype {weight_dtype}: FT reads {', '.join(fam.weight_dtypes)} for {family}")
-    try:
-        ckpt = Checkpoint(ckpt_dir)
-        params = ft_model_params(ckpt.config, family)
-    except (CheckpointError, AnsibleFilterError, OSError, ValueError) as err:
-        raise ConversionError(str(err)) from None
-    problems = ft_parallelism_problems(params, tp, 1, None)
-    if problems:
-        raise ConversionError(f"--tp {tp}: " + "; ".join(problems))
-
+    params = _model_params(ckpt_dir, family, tp, weight_dtype)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    final = out / f"{tp}-gpu"
-    current = final.resolve() if final.is_symlink() else None
-    for stale in out.glob(f".{tp}-gpu.*"):  # builds of a run that was killed: never published
-        if stale.is_dir() and stale != current:
-            shutil.rmtree(stale, ignore_errors=True)
+    final = _clear_stale(out, tp)
     build = Path(tempfile.mkdtemp(prefix=f".{tp}-gpu.{time.strftime('%Y%m%dT%H%M%S')}.", dir=out))
     build.chmod(0o755)
     started = time.monotonic()
@@ -173,21 +240,7 @@ def convert(
                     layer = futures[future]
                     log(f"[{done}/{len(parts)}] {'embeddings and head' if layer is None else f'layer {layer}'}")
         verify(build, family, params, tp, weight_dtype)
-        manifest = {
-            "engine": "native",
-            "version": __version__,
-            "family": family,
-            "tp": tp,
-            "weight_dtype": weight_dtype,
-            "checkpoint": str(Path(ckpt_dir).resolve()),
-            "bytes": total,
-            "seconds": round(time.monotonic() - started, 2),
-            # What the caller says this conversion was made from (e.g. the checkpoint's commit),
-            # published together with the shards so a rerun can compare.
-            "inputs": inputs or {},
-        }
-        (build / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        publish(build, final)
+        manifest = _seal(build, final, "native", family, tp, weight_dtype, ckpt_dir, started, inputs)
     except BaseException as err:
         shutil.rmtree(build, ignore_errors=True)
         if isinstance(err, CheckpointError | KeyError):
@@ -212,6 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel layer conversions")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--inputs", default="{}", help="JSON object recorded as 'inputs' in conversion.json")
+    parser.add_argument(
+        "--adopt",
+        metavar="DIR",
+        help="do not convert: verify DIR (a <tp>-gpu directory another converter wrote under OUT_DIR) "
+        "against the checkpoint and publish it as OUT_DIR/<tp>-gpu",
+    )
     args = parser.parse_args(argv)
     if args.tp < 1 or args.workers < 1:
         parser.error("--tp and --workers must be positive")
@@ -223,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--inputs must be a JSON object")
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
+        if args.adopt:
+            final = adopt(args.adopt, args.input, args.output, args.family, args.tp, args.weight_dtype, inputs=inputs)
+            print(final)
+            return 0
         final = convert(
             args.input,
             args.output,
