@@ -49,14 +49,11 @@ molecule: harness  ## the tests that need Docker, then every Molecule scenario (
 
 test: lint unit molecule  ## everything a reviewer runs, in that order
 
-lab:  ## bring up the local lab fleet and serve a tiny model (issue #9)
-	@echo "make lab: the lab is not built yet (issue #9, 'The lab: make lab brings up a local fleet')." >&2
-	@echo "          Until then, 'make test' exercises the roles against local containers." >&2
-	@exit 2
+lab: harness  ## bring up the local lab fleet and serve a tiny model (README)
+	scripts/lab up
 
-lab-down:  ## remove everything `make lab` created
-	@echo "make lab-down: nothing to remove; the lab is not built yet (issue #9)." >&2
-	@exit 2
+lab-down: setup  ## remove everything `make lab` created
+	scripts/lab down
 
 clean:  ## remove the virtualenv and caches (images and containers stay)
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .coverage

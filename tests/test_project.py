@@ -110,3 +110,35 @@ def test_top_level_group_vars_load_for_site_and_stage_playbooks(where, tmp_path)
     assert result.returncode == 0, out
     assert "root=/srv/ftfleet tp=1" in out  # h1: the fleet default from group_vars/all/fleet.yml
     assert "root=/data/h2 tp=1" in out  # h2: its host_vars win
+
+
+def test_prod_inventory_gives_each_host_its_model_gpus_and_ports(tmp_path):
+    """The example fleet as documented (inventories/prod/README.md): model per group, tp per
+    host from its GPU list, ports per host, the top-level fleet defaults underneath, and the
+    example vault (password ftfleet-example) holding a placeholder token for the gated model only."""
+    password = tmp_path / "vault-password"
+    password.write_text("ftfleet-example\n")
+    probe = ROOT / ".pytest-prod-inventory.yml"
+    probe.write_text(
+        "- hosts: gpu_hosts\n  connection: local\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.debug:\n        msg: >-\n"
+        "          PROBE {{ inventory_hostname }} {{ fleet_model.name }} tp={{ fleet_tensor_para_size }}\n"
+        "          shards={{ '/m' | ft_shard_dir(fleet_tensor_para_size) }} root={{ fleet_data_root }}\n"
+        "          http={{ triton_server_http_port | default(8000) }} token={{ fleet_hf_token[:11] or 'none' }}\n"
+    )
+    try:
+        result = run_playbook(
+            probe, "-i", "inventories/prod", "--vault-password-file", password,
+            "-e", "ansible_python_interpreter=" + sys.executable, ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        )  # fmt: skip
+    finally:
+        probe.unlink()
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    lines = sorted(" ".join(line.split("PROBE ", 1)[1].split()).rstrip('"') for line in out.splitlines() if "PROBE " in line)
+    assert lines == [
+        "gpu-a100-01.example.com kogpt tp=1 shards=/m/fastertransformer/1/1-gpu root=/srv/ftfleet http=8000 token=none",
+        "gpu-a100-08.example.com kogpt tp=8 shards=/m/fastertransformer/1/8-gpu root=/srv/ftfleet http=8000 token=none",
+        "gpu-l40s-04.example.com llama-7b tp=2 shards=/m/fastertransformer/1/2-gpu root=/srv/ftfleet http=8100 "
+        "token=hf_EXAMPLE_",
+    ], out
