@@ -10,7 +10,7 @@ export PATH := $(BIN):$(PATH)
 # One scenario: make molecule SCENARIO=git_lfs
 SCENARIO ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help setup lock lint unit harness molecule test lab lab-down clean
+.PHONY: help setup lock lint unit harness molecule lab-test test lab lab-down clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ lint: setup  ## yamllint --strict, ansible-lint (production profile), ruff
 	ruff format --check .
 
 unit: setup  ## pytest: filter unit tests and playbook-level tests
-	pytest -m "not docker" --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
+	pytest -m "not docker and not lab" --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
 
 harness: setup  ## a Docker engine and the locally built base image
 	scripts/ensure-docker
@@ -47,7 +47,10 @@ molecule: harness  ## the tests that need Docker, then every Molecule scenario (
 	  molecule test -s $$s || { echo "molecule scenario $$s failed" >&2; exit 1; }; \
 	done
 
-test: lint unit molecule  ## everything a reviewer runs, in that order
+lab-test: harness  ## the lab's integration test: make lab twice, compare with transformers, make lab-down
+	pytest -m lab -p no:cacheprovider
+
+test: lint unit molecule lab-test  ## everything a reviewer runs, in that order
 
 lab: harness  ## bring up the local lab fleet and serve a tiny model (README)
 	scripts/lab up

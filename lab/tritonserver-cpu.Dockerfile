@@ -10,6 +10,9 @@
 # Python the backend stub embeds. config.pbtxt files are the production ones, unchanged.
 ARG BASE=ftfleet/debian12-systemd:latest
 FROM ${BASE}
+# The Python backend's stub links the system Python's shared library.
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libpython3.11 \
+    && apt-get clean && rm -rf /var/lib/apt/lists/*
 COPY tritonserver /opt/tritonserver
 COPY site-packages /usr/local/lib/python3.11/dist-packages
 ENV LD_LIBRARY_PATH=/opt/tritonserver/lib \
