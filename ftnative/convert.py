@@ -148,7 +148,9 @@ def _clear_stale(out: Path, tp: int) -> Path:
     return final
 
 
-def _seal(build: Path, final: Path, engine: str, family: str, tp: int, dtype: str, ckpt_dir, started, inputs) -> dict:
+def _seal(
+    build: Path, final: Path, *, engine: str, family: str, tp: int, dtype: str, ckpt_dir, started, inputs
+) -> dict:
     """Write the manifest into the verified build and publish it."""
     total = sum(p.stat().st_size for p in build.glob("*.bin"))
     manifest = {
@@ -175,8 +177,8 @@ def adopt(
     out_dir: str | Path,
     family: str,
     tp: int,
-    weight_dtype: str = "fp32",
     *,
+    weight_dtype: str = "fp32",
     inputs: dict | None = None,
     engine: str = "upstream",
 ) -> Path:
@@ -198,7 +200,8 @@ def adopt(
         build.rmdir()
         os.rename(staged, build)  # same file system: the staging directory lives under OUT_DIR
         build.chmod(0o755)
-        _seal(build, final, engine, family, tp, weight_dtype, ckpt_dir, started, inputs)
+        _seal(build, final, engine=engine, family=family, tp=tp, dtype=weight_dtype, ckpt_dir=ckpt_dir,
+              started=started, inputs=inputs)  # fmt: skip
     except BaseException:
         shutil.rmtree(build, ignore_errors=True)
         raise
@@ -240,7 +243,8 @@ def convert(
                     layer = futures[future]
                     log(f"[{done}/{len(parts)}] {'embeddings and head' if layer is None else f'layer {layer}'}")
         verify(build, family, params, tp, weight_dtype)
-        manifest = _seal(build, final, "native", family, tp, weight_dtype, ckpt_dir, started, inputs)
+        manifest = _seal(build, final, engine="native", family=family, tp=tp, dtype=weight_dtype, ckpt_dir=ckpt_dir,
+                         started=started, inputs=inputs)  # fmt: skip
     except BaseException as err:
         shutil.rmtree(build, ignore_errors=True)
         if isinstance(err, CheckpointError | KeyError):
@@ -283,7 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
         if args.adopt:
-            final = adopt(args.adopt, args.input, args.output, args.family, args.tp, args.weight_dtype, inputs=inputs)
+            final = adopt(
+                args.adopt, args.input, args.output, args.family, args.tp, weight_dtype=args.weight_dtype, inputs=inputs
+            )
             print(final)
             return 0
         final = convert(

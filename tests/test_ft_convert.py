@@ -60,7 +60,7 @@ def test_convert_once_then_nothing_then_a_new_tp(lab, playbook):
 
     rc, out = converge(lab, playbook, 1)
     assert rc == 0, out
-    assert "convert | Convert with the native engine" in out
+    assert "convert | Convert with the engine native" in out
     assert "changed=0" in out  # same inputs: nothing converted
 
     rc, out = converge(lab, playbook, 2)

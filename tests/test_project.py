@@ -135,7 +135,8 @@ def test_prod_inventory_gives_each_host_its_model_gpus_and_ports(tmp_path):
         probe.unlink()
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
-    lines = sorted(" ".join(line.split("PROBE ", 1)[1].split()).rstrip('"') for line in out.splitlines() if "PROBE " in line)
+    probes = [line.split("PROBE ", 1)[1] for line in out.splitlines() if "PROBE " in line]
+    lines = sorted(" ".join(probe.split()).rstrip('"') for probe in probes)
     assert lines == [
         "gpu-a100-01.example.com kogpt tp=1 shards=/m/fastertransformer/1/1-gpu root=/srv/ftfleet http=8000 token=none",
         "gpu-a100-08.example.com kogpt tp=8 shards=/m/fastertransformer/1/8-gpu root=/srv/ftfleet http=8000 token=none",
