@@ -5,6 +5,8 @@ place of the FT backend library, which cannot be built here."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import shutil
@@ -111,10 +113,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def tiny_gpt2(tmp_path):
-    """A tokenizer trained on local text and a tiny random GPT-2 of its vocabulary."""
-    checkpoint = tmp_path / "checkpoint"
+def _make_tiny_model():
+    """scripts/make-tiny-model as a module: its configuration of each family."""
+    loader = importlib.machinery.SourceFileLoader("make_tiny_model", str(ROOT / "scripts" / "make-tiny-model"))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def tiny_model(family: str, checkpoint: Path):
+    """A tokenizer trained on local text and a tiny random model of the family of its vocabulary."""
     texts = [(ROOT / name).read_text() for name in ("README.md", "docs/filters.md", "docs/images.md")]
     bpe = tokenizers.ByteLevelBPETokenizer()
     bpe.train_from_iterator(texts, vocab_size=400, min_frequency=2, special_tokens=["<|endoftext|>"])
@@ -122,35 +131,38 @@ def tiny_gpt2(tmp_path):
                                                      bos_token="<|endoftext|>")  # fmt: skip
     tokenizer.save_pretrained(checkpoint)
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=64, n_layer=2, n_head=4,
-                                     initializer_range=0.3, bos_token_id=tokenizer.eos_token_id,
-                                     eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    config = _make_tiny_model().config_for(family, transformers, len(tokenizer), tokenizer.eos_token_id, 2, 4)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     model.save_pretrained(checkpoint)
-    return checkpoint, tokenizer, model
+    return tokenizer, model
 
 
-def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(playbook, tmp_path, tiny_gpt2):
-    checkpoint, tokenizer, model = tiny_gpt2
-    repo = tmp_path / "repos" / "gpt"
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(playbook, tmp_path, family):
+    """The repository as the role writes it, config.pbtxt unchanged but for one parameter
+    telling the stand-in where ftnative is: `backend: "fastertransformer"` is served by a
+    Python-based backend of that name (backends/fastertransformer/model.py, the CPU stand-in),
+    as in the lab's serving image, so Triton validates the real configuration and ensemble."""
+    checkpoint = tmp_path / "checkpoint"
+    tokenizer, model = tiny_model(family, checkpoint)
+    repo = tmp_path / "repos" / family
     site = Path(transformers.__file__).parents[1]
-    rc, out = render(playbook, tmp_path / "repos", ["gpt"], container=str(repo), tokenizer=str(checkpoint),
-                     fleet_tensor_para_size=1, triton_model_repo_python_path=f"{ROOT}:{site}")  # fmt: skip
+    rc, out = render(playbook, tmp_path / "repos", [family], container=str(repo), tokenizer=str(checkpoint),
+                     fleet_tensor_para_size=2, triton_model_repo_python_path=f"{ROOT}:{site}")  # fmt: skip
     assert rc == 0, out
-    convert(checkpoint, repo / "fastertransformer" / "1", "gpt", 1, "fp32", log=lambda _m: None)
-    # The FT backend library cannot be built here: the stand-in serves the same inputs/outputs.
+    convert(checkpoint, repo / "fastertransformer" / "1", family, 2, "fp32", log=lambda _m: None)
     ft_config = repo / "fastertransformer" / "config.pbtxt"
     ft_config.write_text(
-        ft_config.read_text().replace('backend: "fastertransformer"', 'backend: "python"')
-        + f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
+        ft_config.read_text() + f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
     )
-    shutil.copy(ROOT / "ftnative" / "triton_model.py", repo / "fastertransformer" / "1" / "model.py")
 
     server = Path(pytriton.__file__).parent / "tritonserver"
     backends = tmp_path / "backends"
     shutil.copytree(server / "backends", backends)
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
     shutil.copy(server / "python_backend_stubs" / py / "triton_python_backend_stub", backends / "python")
+    (backends / "fastertransformer").mkdir()
+    shutil.copy(ROOT / "ftnative" / "triton_model.py", backends / "fastertransformer" / "model.py")
     http, grpc, metrics = _free_port(), _free_port(), _free_port()
     # The stub embeds the system libpython and takes its prefix from the python3 on PATH: keep
     # the system one first, not a virtualenv (whose stdlib may come from another 3.11 build).
