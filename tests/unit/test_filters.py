@@ -519,3 +519,33 @@ def test_parameter_count_and_bytes_per_gpu():
     assert half == 2 * ((6_738_415_616 - replicated) // 2 + replicated)
     with pytest.raises(AnsibleFilterError, match="data_type 'int8' is not one FT serves"):
         ft_weight_bytes_per_gpu("llama", params("llama-7b"), 1, "int8")
+
+
+def test_docs_models_examples_match_the_filters():
+    """Every gpt_gemm command and converter command line in docs/models.md is what the filters
+    compute for the seed models (the examples cannot drift from the code)."""
+    import re  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    cases = [("kogpt-6b", 1, "fp32", "kogpt"), ("kogpt-6b", 8, "fp32", "kogpt"), ("gptj-6b", 4, "fp32", "gpt-j-6b"),
+             ("gptj-6b", 1, "fp32", "gpt-j-6b"), ("gpt2", 1, "fp16", "gpt2"), ("h2ogpt-6.9b", 1, "fp16", "h2ogpt"),
+             ("llama-7b", 2, "fp16", "llama-7b")]  # fmt: skip
+    gemms, converters = set(), set()
+    for seed, tp, weight_dtype, name in cases:
+        family, config = SEEDS[seed]
+        p = ft_model_params(config, family)
+        gemms.add(" ".join(ft_gemm_argv(p, 8, 1, 32, "fp16", tp)))
+        argv = ft_converter_argv(family, "CKPT", "OUT", tp, weight_dtype, num_layer=p["num_layer"], model_name=name)
+        converters.add(" ".join(argv))
+    documented = set(re.findall(r"gpt_gemm(?: \d+){9}", doc))
+    assert documented, "no gpt_gemm example in docs/models.md"
+    assert documented <= gemms, documented - gemms
+    flat = " ".join(doc.split())
+    for line in converters:
+        assert line.split(" ", 1)[0] in flat  # every seed's converter script is named
+    documented_lines = re.findall(r"`((?:\.\.\. )?[\w/]*convert\.py [^`]+)`", flat)
+    assert len(documented_lines) >= 5, documented_lines
+    for documented_line in documented_lines:
+        tail = documented_line.removeprefix("... ")
+        assert any(c.endswith(tail) for c in converters), documented_line
