@@ -3,7 +3,9 @@
 It brings up the lab (or converges it when it is up), and must print a completion through the
 ensemble over HTTP on 127.0.0.1 equal to what transformers' generate() makes of the same model
 and prompt; a second `make lab` must change nothing and take under two minutes; `make lab-down`
-must remove what the lab created. Tears down a lab that was already running."""
+must remove what the lab created; in between, check mode previews a GPU change on one host
+(the conversion it would make, the config.pbtxt and unit diffs) without changing it. Tears down
+a lab that was already running."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, ROOT
+from conftest import BIN, ROOT, run_playbook
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -86,6 +88,20 @@ def test_make_lab_serves_what_transformers_generates_then_changes_nothing(tmp_pa
         assert all(h["changed"] == 0 for h in hosts.values()), (hosts, out[-6000:])
         assert completion(out) == served
         assert took < 120, f"the second make lab took {took:.0f} s"
+
+        # Check mode previews a GPU change on one host, changes nothing, and the gate still runs.
+        preview = run_playbook("site.yml", "--check", "--diff", "--limit", "lab-node1",
+                               "-e", '{"fleet_gpu_devices": [0, 1]}')  # fmt: skip
+        out = preview.stdout + preview.stderr
+        assert preview.returncode == 0, out[-6000:]
+        assert "fastertransformer/1/2-gpu would be converted" in " ".join(out.split())
+        assert '+parameters { key: "tensor_para_size" value: { string_value: "2" } }' in out
+        assert "+    --label=ftfleet.gpus=0,1" in out
+        assert "lab-node1 answers" in out
+        served_config = "/srv/ftfleet/models/tiny-gpt2/fastertransformer/config.pbtxt"
+        grep = ["docker", "exec", "lab-node1", "grep", "-c", '/fastertransformer/1/1-gpu"', served_config]
+        still = subprocess.run(grep, capture_output=True, text=True, check=False)
+        assert still.stdout.strip() == "1", "check mode changed the served config.pbtxt"
     finally:
         down, _ = make("lab-down", timeout=600)
     assert down.returncode == 0, down.stdout + down.stderr
