@@ -137,15 +137,18 @@ def _model_params(ckpt_dir: str | Path, family: str, tp: int, weight_dtype: str)
     return params
 
 
-def _clear_stale(out: Path, tp: int) -> Path:
-    """Remove builds of killed runs (never published) and return the path of OUT/<tp>-gpu."""
+def _new_build(out: Path, tp: int) -> tuple[Path, Path]:
+    """Remove builds of killed runs (never published); return OUT/<tp>-gpu and a new, empty
+    build directory beside it (OUT/.<tp>-gpu.<stamp>.<random>)."""
     out.mkdir(parents=True, exist_ok=True)
     final = out / f"{tp}-gpu"
     current = final.resolve() if final.is_symlink() else None
     for stale in out.glob(f".{tp}-gpu.*"):
         if stale.is_dir() and stale != current:
             shutil.rmtree(stale, ignore_errors=True)
-    return final
+    build = Path(tempfile.mkdtemp(prefix=f".{tp}-gpu.{time.strftime('%Y%m%dT%H%M%S')}.", dir=out))
+    build.chmod(0o755)
+    return final, build
 
 
 def _seal(
@@ -193,9 +196,7 @@ def adopt(
     if not staged.is_dir():
         raise ConversionError(f"{staged}: the converter wrote no directory here")
     verify(staged, family, params, tp, weight_dtype)
-    out = Path(out_dir)
-    final = _clear_stale(out, tp)
-    build = Path(tempfile.mkdtemp(prefix=f".{tp}-gpu.{time.strftime('%Y%m%dT%H%M%S')}.", dir=out))
+    final, build = _new_build(Path(out_dir), tp)
     try:
         build.rmdir()
         os.rename(staged, build)  # same file system: the staging directory lives under OUT_DIR
@@ -221,10 +222,7 @@ def convert(
 ) -> Path:
     """Convert and publish OUT_DIR/<tp>-gpu; return its path."""
     params = _model_params(ckpt_dir, family, tp, weight_dtype)
-    out = Path(out_dir)
-    final = _clear_stale(out, tp)
-    build = Path(tempfile.mkdtemp(prefix=f".{tp}-gpu.{time.strftime('%Y%m%dT%H%M%S')}.", dir=out))
-    build.chmod(0o755)
+    final, build = _new_build(Path(out_dir), tp)
     started = time.monotonic()
     try:
         (build / "config.ini").write_text(ft_config_ini(params, family, weight_dtype, tp))

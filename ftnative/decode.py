@@ -15,6 +15,7 @@ import argparse
 import configparser
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,11 +243,23 @@ def read_config(directory: Path) -> tuple[str, dict, str]:
     return family, params, raw.get("weight_data_type", "fp32")
 
 
+def shard_tp(directory: Path, params: dict) -> int:
+    """The tensor-parallel size of a shard directory: config.ini's tensor_para_size, else (the
+    upstream converters do not all write it) the directory's name, `<tp>-gpu`, or that of the
+    build it links to, `.<tp>-gpu.<stamp>`."""
+    if params.get("tensor_para_size"):
+        return params["tensor_para_size"]
+    named = re.match(r"\.?(\d+)-gpu", directory.name) or re.match(r"\.?(\d+)-gpu", directory.resolve().name)
+    if not named:
+        raise ModelError(f"{directory}: config.ini lacks tensor_para_size and the directory is not named <tp>-gpu")
+    return int(named.group(1))
+
+
 def load(directory: str | Path) -> Model:
     """Load a `<tp>-gpu` directory, merging its rank files."""
     directory = Path(directory)
     family, params, dtype = read_config(directory)
-    tp = params.get("tensor_para_size") or int(directory.resolve().name.split("-")[0].lstrip("."))
+    tp = shard_tp(directory, params)
     d = dims(params, "ftnative.decode")
     fam = FAMILIES[family]
     parts: dict[str, list[np.ndarray]] = {}

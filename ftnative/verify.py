@@ -10,12 +10,11 @@ Exits 0 and prints "ok" when correct; exits 2 naming every problem otherwise.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 from .convert import ConversionError, verify
-from .decode import ModelError, read_config
+from .decode import ModelError, read_config, shard_tp
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,12 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(args.directory)
     try:
         family, params, dtype = read_config(directory)
-        # The upstream converters do not all write tensor_para_size: the directory says it too.
-        named = re.match(r"\.?(\d+)-gpu", directory.name) or re.match(r"\.?(\d+)-gpu", directory.resolve().name)
-        tp = params.get("tensor_para_size") or (int(named.group(1)) if named else None)
-        if not tp:
-            raise ModelError(f"{directory}: config.ini lacks tensor_para_size and the directory is not named <tp>-gpu")
-        verify(directory, family, params, tp, dtype)
+        verify(directory, family, params, shard_tp(directory, params), dtype)
     except (ConversionError, ModelError) as err:
         print(f"ftnative.verify: {err}", file=sys.stderr)
         return 2
