@@ -10,14 +10,17 @@ export PATH := $(BIN):$(PATH)
 # One scenario: make molecule SCENARIO=git_lfs
 SCENARIO ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help setup lock lint unit harness molecule lab-test test lab lab-down clean
+.PHONY: help tools setup lock lint unit harness molecule fresh-test test lab lab-down clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-setup: $(VENV)/.toolchain  ## virtualenv with the pinned toolchain (pyproject.toml + constraints.txt)
+tools:  ## the programs the targets run that a bare Debian 12 may lack (git-lfs, python3-venv, ...)
+	scripts/ensure-tools
 
-$(VENV)/.toolchain: pyproject.toml constraints.txt
+setup: tools $(VENV)/.toolchain  ## tools, and a virtualenv with the pinned toolchain (pyproject.toml + constraints.txt)
+
+$(VENV)/.toolchain: pyproject.toml constraints.txt | tools
 	$(PYTHON) -m venv $(VENV)
 	$(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["toolchain"]))' > $(VENV)/toolchain.txt
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -r $(VENV)/toolchain.txt
@@ -47,10 +50,10 @@ molecule: harness  ## the tests that need Docker, then every Molecule scenario (
 	  molecule test -s $$s || { echo "molecule scenario $$s failed" >&2; exit 1; }; \
 	done
 
-lab-test: harness  ## the lab's integration test: make lab twice, compare with transformers, make lab-down
-	pytest -m lab -p no:cacheprovider
+fresh-test: harness  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
+	pytest -m lab -p no:cacheprovider -s
 
-test: lint unit molecule lab-test  ## everything a reviewer runs, in that order
+test: lint unit molecule fresh-test  ## everything a reviewer runs, in that order
 
 lab: harness  ## bring up the local lab fleet and serve a tiny model (README)
 	scripts/lab up

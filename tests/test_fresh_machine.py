@@ -1,0 +1,173 @@
+"""The README's main command on a fresh machine: `make lab` in a clean clone, as a newcomer types it.
+
+A fresh Debian 12 container (the harness's base image: systemd, python3, sudo, nothing that the
+project's setup installs) stands in for a new machine of this kind. It gets what such a machine
+has and the project does not install: `make` (to type the command at all), pip's settings and
+the local wheel directory they point at (the CPU build of torch), and this machine's CA bundle.
+A clean `git clone` of HEAD goes into it, and `make lab` runs there verbatim. So every program
+the lab needs (git-lfs, python3-venv, debootstrap, Docker, ...) must come from the project's own
+setup: a missing install step fails here, whatever this machine has.
+
+Then, inside it: the printed completion must be words and equal what transformers' generate()
+makes of the same model and prompt; a second `make lab` changes nothing and takes under two
+minutes; check mode previews a GPU change on one host without changing it; `make lab-down`
+leaves no lab container and no lab sources. Hosts inside are reached through `docker exec`,
+services on their loopback only."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import string
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_playbook
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.lab
+FRESH = "ftfleet-fresh-machine"
+PROJECT = "/root/ftfleet"
+SOURCES = "/var/tmp/ftfleet-lab"
+PROMPT = "Every role"  # scripts/lab's default prompt
+TOKENS = 16
+# What a new machine of this kind has and the project does not install: pip's settings (its
+# local wheel directory holds the CPU build of torch) and the directories they name.
+PIP_SETTINGS = ("PIP_FIND_LINKS", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
+
+
+def machine() -> dict:
+    env = {k: os.environ[k] for k in PIP_SETTINGS if os.environ.get(k)}
+    dirs = {d for d in env.get("PIP_FIND_LINKS", "").split() if d.startswith("/") and Path(d).is_dir()}
+    platform = {
+        "name": FRESH,
+        "labels": {"ftfleet.docker-in-docker": "true", "ftfleet.fresh-machine": "true"},
+        "env": env,
+        "volumes": [f"{d}:{d}:ro" for d in sorted(dirs)],
+    }
+    return {"molecule_yml": {"platforms": [platform]}}
+
+
+def inside(command: str, timeout: int = 600) -> tuple[subprocess.CompletedProcess[str], float]:
+    """A shell command in the fresh machine, in the clone, as root with the image's PATH."""
+    started = time.monotonic()
+    done = subprocess.run(["docker", "exec", "-w", PROJECT, FRESH, "bash", "-c", command], capture_output=True,
+                          text=True, timeout=timeout, check=False)  # fmt: skip
+    return done, time.monotonic() - started
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    hosts = {}
+    for host, counts in re.findall(r"^(lab-node\d)\s+:\s+(.*)$", out, re.MULTILINE):
+        hosts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
+    return hosts
+
+
+def completion(out: str) -> str:
+    """The line `make lab` prints after its 'completion through the ensemble' heading."""
+    lines = out.splitlines()
+    heading = max(i for i, line in enumerate(lines) if "completion through the ensemble" in line)
+    return lines[heading + 1]
+
+
+def reference(tmp_path: Path) -> str:
+    """transformers' greedy generate() on the model the lab made and served."""
+    subprocess.run(["docker", "cp", f"{FRESH}:{SOURCES}/tiny-gpt2.git", str(tmp_path / "bare.git")], check=True)
+    checkout = tmp_path / "tiny-gpt2"
+    env = {**os.environ, "HOME": str(tmp_path)}
+    subprocess.run(["git", "clone", "-q", f"file://{tmp_path}/bare.git", str(checkout)], env=env, check=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkout)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkout).eval()
+    ids = tokenizer.encode(PROMPT)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=TOKENS, do_sample=False,
+                             pad_token_id=tokenizer.eos_token_id)[0].tolist()  # fmt: skip
+    return tokenizer.decode(out)
+
+
+def assert_words(text: str, readme: str) -> None:
+    """Readable text: printable ASCII, and most of its words are words of the README it learned from."""
+    assert all(c in string.printable for c in text), f"not printable text: {text!r}"
+    vocabulary = set(re.findall(r"[A-Za-z]+", readme))
+    words = re.findall(r"[A-Za-z]+", text)
+    known = [w for w in words if w in vocabulary]
+    assert len(words) >= 4 and len(known) >= 0.8 * len(words), f"not words: {text!r} ({known} of {words})"
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """A fresh machine holding a clean clone of HEAD; removed afterwards with its volumes."""
+    platforms = json.dumps(machine())
+    created = run_playbook("molecule/resources/create.yml", "-e", platforms)
+    try:
+        assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
+        apt = "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq make >/dev/null"
+        done = subprocess.run(["docker", "exec", FRESH, "bash", "-c", apt], capture_output=True, text=True,
+                              check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        clone = tmp_path_factory.mktemp("clone") / "ftfleet"
+        subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
+        subprocess.run(["docker", "cp", str(clone), f"{FRESH}:{PROJECT}"], check=True, capture_output=True)
+        head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+        print(f"fresh machine {FRESH}: clean clone of {head} in {PROJECT}")
+        yield subprocess.run(["git", "-C", str(clone), "show", "HEAD:README.md"], capture_output=True, text=True,
+                             check=True).stdout  # fmt: skip
+    finally:
+        removed = run_playbook("molecule/resources/destroy.yml", "-e", platforms)
+        assert removed.returncode == 0, removed.stdout[-3000:]
+
+
+def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_nothing(fresh, tmp_path):
+    readme = fresh
+    first, took = inside("make lab", timeout=2400)
+    out = first.stdout + first.stderr
+    print(f"first make lab on the fresh machine: {took:.0f} s")
+    assert first.returncode == 0, out[-8000:]
+    assert took < 25 * 60, f"make lab took {took:.0f} s"
+    hosts = recap(out)
+    assert set(hosts) == {"lab-node1", "lab-node2"}, out[-3000:]
+    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values()), hosts
+    # The GPU-only roles say that they skip.
+    for role in ("nvidia_driver", "nvidia_container_toolkit", "ft_gemm_tune"):
+        assert re.search(rf"{role}: lab-node1 has no", out), f"{role} did not announce its skip"
+    served = completion(out)
+    print(f"make lab printed: {served!r}")
+    assert served == reference(tmp_path), out[-3000:]
+    assert served.startswith(PROMPT)
+    assert_words(served[len(PROMPT) :], readme)
+
+    second, took = inside("make lab", timeout=900)
+    out = second.stdout + second.stderr
+    print(f"second make lab: {took:.0f} s")
+    assert second.returncode == 0, out[-8000:]
+    hosts = recap(out)
+    assert hosts, out[-6000:]
+    assert all(h["changed"] == 0 for h in hosts.values()), (hosts, out[-6000:])
+    assert completion(out) == served
+    assert took < 120, f"the second make lab took {took:.0f} s"
+
+    # Check mode previews a GPU change on one host, changes nothing, and the gate still runs.
+    change = shlex.quote('{"fleet_gpu_devices": [0, 1]}')
+    preview, _ = inside(f".venv/bin/ansible-playbook site.yml --check --diff --limit lab-node1 -e {change}")
+    out = preview.stdout + preview.stderr
+    assert preview.returncode == 0, out[-6000:]
+    assert "fastertransformer/1/2-gpu would be converted" in " ".join(out.split())
+    assert '+parameters { key: "tensor_para_size" value: { string_value: "2" } }' in out
+    assert "+    --label=ftfleet.gpus=0,1" in out
+    assert "lab-node1 answers" in out
+    served_config = "/srv/ftfleet/models/tiny-gpt2/fastertransformer/config.pbtxt"
+    still, _ = inside(f"docker exec lab-node1 grep -c '/fastertransformer/1/1-gpu\"' {served_config}")
+    assert still.stdout.strip() == "1", "check mode changed the served config.pbtxt"
+
+    down, _ = inside("make lab-down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    left, _ = inside("docker ps -aq --filter label=ftfleet.lab=true; test ! -e " + SOURCES + " || echo " + SOURCES)
+    assert left.returncode == 0
+    assert not left.stdout.strip(), f"make lab-down left: {left.stdout}"
