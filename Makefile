@@ -37,7 +37,7 @@ lint: setup  ## yamllint --strict, ansible-lint (production profile), ruff
 	ruff format --check .
 
 unit: setup  ## pytest: filter unit tests and playbook-level tests
-	pytest -m "not docker and not lab" --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
+	pytest -m "not docker and not lab" -n 2 --dist loadfile --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
 
 harness: setup  ## a Docker engine and the locally built base image
 	scripts/ensure-docker

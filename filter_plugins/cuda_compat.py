@@ -12,6 +12,8 @@ description:
   - triton_min_driver(container_version) returns the CUDA version of an NGC Triton container,
     its minimum driver branch, and the data-center compatibility drivers (from NVIDIA's
     Triton release notes).
+  - container_sms(container_version) returns the CUDA of an NGC container release and the SM
+    values a build inside it can target (CUDA 11.8, the 22.10 containers, added SM 89 and 90).
   - triton_driver_ok(driver_version, container_version, datacenter) says whether a host's
     driver runs that container, with the reason. A bare branch (C("535")) stands for the newest
     release of that branch, i.e. what a driver install of that branch gets.
@@ -36,6 +38,7 @@ RETURN = r"""
 _value:
   description: >-
     cuda_sm - a string; triton_min_driver - {container, cuda, min_driver, datacenter_drivers};
+    container_sms - {container, cuda, sms};
     triton_driver_ok - {ok, reason}.
   type: raw
   sample: {container: "22.04", cuda: "11.6", min_driver: 510,
@@ -90,6 +93,21 @@ TRITON_DRIVERS: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "24.12": ("12.6", 560, (*_R24, "545.23")),
     "25.04": ("12.9", 575, ()),
 }
+
+
+# The SM values nvcc of a CUDA release can build kernels for, among FT_SMS: CUDA 11.1 added SM 86,
+# CUDA 11.8 added SM 89 (Ada) and SM 90 (Hopper). FT's build and the backend's build use the
+# CUDA of the container they build on (FT-TRITON-FACTS.md section 6: Hopper needs 22.10 or later).
+def cuda_buildable_sms(cuda: str) -> tuple[str, ...]:
+    version = tuple(int(x) for x in cuda.split("."))
+    newer = (("86", (11, 1)), ("89", (11, 8)), ("90", (11, 8)))
+    return tuple(sm for sm in FT_SMS if all(sm != new or version >= since for new, since in newer))
+
+
+def container_sms(container_version: Any) -> dict[str, Any]:
+    """The CUDA of an NGC container release and the SM values a build in it can target."""
+    need = triton_min_driver(container_version)
+    return {"container": need["container"], "cuda": need["cuda"], "sms": list(cuda_buildable_sms(need["cuda"]))}
 
 
 def _one_sm(cc: Any) -> str:
@@ -166,6 +184,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "cuda_sm": cuda_sm,
+            "container_sms": container_sms,
             "triton_min_driver": triton_min_driver,
             "triton_driver_ok": triton_driver_ok,
         }

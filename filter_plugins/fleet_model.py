@@ -56,6 +56,32 @@ def _str_problem(model: Mapping[str, Any], key: str, where: str = "fleet_model")
     return []
 
 
+# The name goes into paths, unit names (triton-<name>.service) and container names.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# What git clones: a URL of these schemes, or scp-like user@host:path.
+GIT_URL = re.compile(r"(https?|ssh|git|file)://\S+|[\w.-]+@[\w.-]+:\S+")
+# A branch or tag name as git allows it (git check-ref-format, simplified).
+GIT_REF = re.compile(r"(?!.*\.\.)(?!.*//)(?!/)[^\s~^:?*\[\\]+(?<![/.])")
+
+
+def _format_problems(model: Mapping[str, Any], source: Mapping[str, Any]) -> list[str]:
+    problems = []
+    name, url, revision = model.get("name"), source.get("url"), source.get("revision")
+    if isinstance(name, str) and name.strip() and not SAFE_NAME.fullmatch(name):
+        problems.append(
+            f"fleet_model.name={name!r}: must be letters, digits and ._- (at most 64, starting with a letter or "
+            "digit): it names directories, the systemd unit and the container; fix: e.g. llama-7b"
+        )
+    if isinstance(url, str) and url.strip() and not GIT_URL.fullmatch(url):
+        problems.append(
+            f"fleet_model.source.url={url!r}: not a git URL (https://, ssh://, git://, file:// or user@host:path); "
+            "fix: e.g. https://huggingface.co/gpt2"
+        )
+    if isinstance(revision, str) and revision.strip() and not GIT_REF.fullmatch(revision):
+        problems.append(f"fleet_model.source.revision={revision!r}: not a branch or tag name git accepts")
+    return problems
+
+
 def fleet_model_problems(model: Any) -> list[str]:
     if not isinstance(model, Mapping):
         return [f"fleet_model={model!r}: must be a dict (name, family, source, ...); see docs/variables.md"]
@@ -69,6 +95,7 @@ def fleet_model_problems(model: Any) -> list[str]:
     else:
         problems += _str_problem(source, "url", "fleet_model.source")
         problems += _str_problem(source, "revision", "fleet_model.source")
+        problems += _format_problems(model, source)
         commit = source.get("commit") or ""
         if not isinstance(commit, str) or (commit and not re.fullmatch(r"[0-9a-f]{40}", commit)):
             problems.append(f"fleet_model.source.commit={commit!r}: must be a full 40-character commit id or empty")

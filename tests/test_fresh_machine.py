@@ -97,7 +97,8 @@ def assert_words(text: str, readme: str) -> None:
     vocabulary = set(re.findall(r"[A-Za-z]+", readme))
     words = re.findall(r"[A-Za-z]+", text)
     known = [w for w in words if w in vocabulary]
-    assert len(words) >= 4 and len(known) >= 0.8 * len(words), f"not words: {text!r} ({known} of {words})"
+    assert len(words) >= 4, f"too few words: {text!r}"
+    assert len(known) >= 0.8 * len(words), f"not words: {text!r} ({known} of {words})"
 
 
 @pytest.fixture(scope="module")

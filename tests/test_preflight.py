@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, run_playbook
 
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
-from configs import GPT2, GPTJ_6B
+from configs import GPT2, GPTJ_6B, LLAMA_7B
 
 RECORDINGS = ROOT / "tests" / "fixtures" / "gpus"
 
@@ -174,3 +174,120 @@ def test_unsupported_os_is_refused(lab):
         assert "ansible_local.gpus.count=0: the host has no NVIDIA GPU but serves fleet_model.name=gpt2" in out
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+
+
+# One host per case, all in one run (preflight stops every host at the same task, each listing its
+# own problems): every class of bad input preflight must catch, with its message. Each host's
+# overrides are its host vars, on the GPUs of a recording.
+BAD_INVENTORIES = [
+    ("duplicate-gpu", "mixed8", {"fleet_gpu_devices": [0, 0]},
+     "fleet_gpu_devices=[0, 0]: index 0 is listed twice; fix: list each GPU of the host once"),
+    ("negative-gpu", "a100x1", {"fleet_gpu_devices": [-1]}, "fleet_gpu_devices=[-1]: indices must be >= 0"),
+    ("gpu-list-string", "a100x1", {"fleet_gpu_devices": "0,1"}, "fleet_gpu_devices='0,1': must be a list"),
+    ("hopper-on-22.04", "h100x1", {},
+     "fleet_ft_container_version=22.04: its CUDA 11.6 cannot build FT for GPU 0 (NVIDIA H100 80GB HBM3, SM 90; "
+     "it builds SM 60, 61, 70, 75, 80, 86); fix: 22.10 or later"),
+    ("http-equals-grpc", "a100x1", {"triton_server_http_port": 8001},
+     "triton_server_http_port=8001, triton_server_grpc_port=8001, triton_server_metrics_port=8002: two of them"),
+    ("port-out-of-range", "a100x1", {"triton_server_grpc_port": 70000},
+     "triton_server_grpc_port=70000: out of range (valid: 1-65535)"),
+    ("unknown-container", "a100x1", {"fleet_triton_container_version": "22.09"},
+     "fleet_triton_container_version='22.09': unknown Triton container version '22.09'"),
+    ("unquoted-container", "a100x1", {"fleet_ft_container_version": 22.1},
+     "fleet_ft_container_version=22.1: container version 22.1 must be a string like '22.04'"),
+    ("grouped-query-attention", "a100x1", {"model": "gqa"},
+     "(llama): its config.json cannot be served: llama config.json has num_key_value_heads 8 != "
+     "num_attention_heads 32"),
+    ("heads-not-dividing-hidden", "a100x1", {"model": "oddheads"},
+     "its config.json cannot be served: hidden size 4096 is not a multiple of the head count 15"),
+    ("relative-data-root", "a100x1", {"fleet_data_root": "srv/ftfleet"},
+     "fleet_data_root='srv/ftfleet': must be an absolute, normalized path"),
+    ("model-name-with-slash", "a100x1", {"model_name": "openai/gpt2"},
+     "fleet_model.name='openai/gpt2': must be letters, digits and ._-"),
+    ("pipeline-size-0", "a100x1", {"fleet_pipeline_para_size": 0},
+     "fleet_pipeline_para_size=0: must be a whole number >= 1"),
+    ("engine", "a100x1", {"fleet_convert_engine": "fast"}, "fleet_convert_engine='fast': must be native or upstream"),
+    ("quoted-boolean", "a100x1", {"fleet_require_gpus": "false"},
+     "fleet_require_gpus='false': must be true or false"),
+    ("fleet-typo", "a100x1", {"fleet_gpu_device": [0]},
+     "fleet_gpu_device=[0]: no such fleet variable; fix: did you mean fleet_gpu_devices?"),
+    ("role-typo", "a100x1", {"triton_server_http_prot": 8000},
+     "triton_server_http_prot=8000: no such variable in role triton_server; fix: did you mean "
+     "triton_server_http_port?"),
+    ("bad-choice", "a100x1", {"docker_engine_source": "snap"},
+     "docker_engine_source='snap': value of docker_engine_source must be one of: docker-ce, distro, got: snap"),
+    ("bad-boolean", "a100x1", {"triton_server_mpirun": "maybe"},
+     "triton_server_mpirun='maybe': argument 'triton_server_mpirun' is of type str and we were unable to convert"),
+    ("converter-tp-differs", "a100x1", {"ft_convert_tp": 2},
+     "ft_convert_tp=2 but fleet_tensor_para_size=1: shards and tuning must be made for the serving"),
+    ("int8-with-fp32", "a100x1", {"triton_model_repo_int8_mode": 1, "data_type": "fp32"},
+     "triton_model_repo_int8_mode=1 with fleet_model.data_type=fp32: int8 needs fp16 or bf16"),
+    ("both-batchings", "a100x1",
+     {"triton_model_repo_dynamic_batching": True, "triton_model_repo_sequence_batching": True},
+     "triton_model_repo_dynamic_batching and triton_model_repo_sequence_batching are both true"),
+    ("sequence-batching-batch", "a100x1", {"triton_model_repo_sequence_batching": True},
+     "triton_model_repo_sequence_batching needs triton_model_repo_max_batch_size 1, not 128"),
+    ("bind-address", "a100x1", {"triton_server_bind_address": "localhost:8000"},
+     "triton_server_bind_address='localhost:8000': not an IP address"),
+    ("shm-size", "a100x1", {"triton_server_shm_size": "4 GB"}, "triton_server_shm_size='4 GB': not a size docker"),
+    ("ulimit", "a100x1", {"triton_server_ulimits": ["memlock unlimited"]},
+     "triton_server_ulimits: 'memlock unlimited' is not NAME=SOFT[:HARD]"),
+    ("relative-checkpoint-dir", "a100x1", {"model_checkpoint_dir": "checkpoints/gpt2"},
+     "model_checkpoint_dir='checkpoints/gpt2': must be an absolute path"),
+    ("driver-branch", "a100x1", {"nvidia_driver_branch": "latest"},
+     "nvidia_driver_branch='latest': must be a driver branch such as '535'"),
+    ("token-with-space", "a100x1", {"fleet_hf_token": "hf_not a token"},
+     "fleet_hf_token: must be one word without spaces or line breaks"),
+    ("weight-dtype-for-family", "a100x1", {"model": "gptj", "weight_dtype": "fp16"},
+     "fleet_model.weight_dtype='fp16': the gptj converter writes fp32 only"),
+]  # fmt: skip
+
+
+def test_bad_inventories_each_fail_before_any_change_naming_the_fix(lab):
+    root = lab["root"]
+    configs = {"gqa": {**LLAMA_7B, "num_key_value_heads": 8}, "oddheads": {**GPTJ_6B, "n_head": 15}}
+    sources = dict(lab["sources"])
+    for name, config in configs.items():
+        if name not in sources:
+            sources[name] = model_repo(root, name, config)
+    families = {"gpt2": "gpt", "gptj": "gptj", "gqa": "llama", "oddheads": "gptj"}
+    hosts = {}
+    for case, gpus, change, _ in BAD_INVENTORIES:
+        overrides = dict(change)
+        model = overrides.pop("model", "gpt2")
+        fleet_model = {"name": overrides.pop("model_name", model), "family": families[model],
+                       "source": {"url": sources[model], "revision": "main"}}  # fmt: skip
+        for key in ("data_type", "weight_dtype"):
+            if key in overrides:
+                fleet_model[key] = overrides.pop(key)
+        hosts[case] = {
+            "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
+            "gpu_facts_fact_path": str(root / "facts" / case),
+            "gpu_facts_nvidia_smi": str(RECORDINGS / gpus / "nvidia-smi"),
+            "preflight_config_cache": str(root / "cache"), "fleet_data_root": str(root / "data"),
+            "fleet_model": fleet_model, "fleet_gpu_devices": [0], **overrides,
+        }  # fmt: skip
+    inventory = root / "bad-inventories.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": hosts}}}}))
+    # The gpus fact first, so that the failing run has nothing to install: it must change nothing.
+    install = root / "install-facts.yml"
+    install.write_text("- hosts: gpu_hosts\n  gather_facts: false\n  roles: [gpu_facts]\n")
+    facts = run_playbook(install, "-i", inventory)
+    assert facts.returncode == 0, facts.stdout[-3000:]
+
+    result = run_playbook("playbooks/preflight.yml", "-i", inventory)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    # Only preflight's own report fails a host: no Jinja, template or Python error text.
+    raw = re.search(r"Task failed: (?!Action failed: preflight found)|Error while resolving|Traceback|"
+                    r"Finalization of task args|TemplateSyntaxError|is undefined", out)  # fmt: skip
+    assert not raw, f"a raw error reached the user: {raw.group(0)!r}\n{out[-4000:]}"
+    assert "hf_not a token" not in out
+    blocks = dict(re.findall(r"fatal: \[([\w.-]+)\]: FAILED! =>(.*?)(?=fatal: \[|PLAY RECAP)", out, re.DOTALL))
+    for case, _, _, problem in BAD_INVENTORIES:
+        block = " ".join(blocks.get(case, "").split())
+        assert "nothing was changed" in block, f"{case}: no preflight report:\n{out[-3000:]}"
+        assert problem in block, f"{case}: {problem!r} not in:\n{block}"
+        recap = re.search(rf"^{re.escape(case)}\s+: ok=\d+\s+changed=(\d+)", out, re.MULTILINE)
+        assert recap, f"{case} missing from the recap"
+        assert recap.group(1) == "0", f"{case} changed something"

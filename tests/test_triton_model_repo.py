@@ -107,6 +107,13 @@ def test_int8_with_fp32_is_refused(playbook, tmp_path):
     assert "with fleet_model.data_type=fp32: int8 needs fp16 or bf16" in out
 
 
+def _server_errors(log: Path) -> str:
+    """What tritonserver said went wrong (error lines, models not loaded), then its last lines."""
+    lines = log.read_text().splitlines()
+    errors = [line for line in lines if line.startswith("E") or "UNAVAILABLE" in line or "Traceback" in line]
+    return "\n".join([*errors[-20:], "...", *lines[-15:]])
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -131,7 +138,7 @@ def tiny_model(family: str, checkpoint: Path):
                                                      bos_token="<|endoftext|>")  # fmt: skip
     tokenizer.save_pretrained(checkpoint)
     torch.manual_seed(0)
-    config = _make_tiny_model().config_for(family, transformers, len(tokenizer), tokenizer.eos_token_id, 2, 4)
+    config = _make_tiny_model().config_for(family, transformers, len(tokenizer), tokenizer.eos_token_id, (2, 4))
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     model.save_pretrained(checkpoint)
     return tokenizer, model
@@ -182,8 +189,8 @@ def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(p
                     break
             except OSError:
                 pass
-            assert proc.poll() is None, (tmp_path / "tritonserver.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "tritonserver.log").read_text()[-3000:]
+            assert proc.poll() is None, _server_errors(tmp_path / "tritonserver.log")
+            assert time.monotonic() < deadline, _server_errors(tmp_path / "tritonserver.log")
             time.sleep(1)
         prompt = "Ansible automation that takes bare GPU hosts"
         body = {"inputs": [

@@ -1,0 +1,410 @@
+"""Every input a later stage relies on, checked at once: the problems of one host's settings."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: fleet_input_problems
+short_description: Every problem of a host's inputs (fleet_* and role variables), as sentences
+description:
+  - Takes the variables defined for a host whose names carry the fleet_ prefix or a role's
+    prefix (what the inventory, group_vars and extra vars set), and returns a list of problems,
+    each naming the variable, its value, what is wrong and the fix. An empty list means the
+    inputs are usable. Never raises for a bad input.
+  - Checks each role variable against its role's meta/argument_specs.yml (type, choices,
+    element type) and flags names with a role's prefix that no role documents (typos); checks
+    fleet_* variables (types, absolute and safe paths, GPU list, parallel sizes, container
+    versions, engine); numbers within their ranges (ports, timeouts, batch sizes, int8 modes),
+    constraints across variables (distinct ports, the converter's and the tuner's tp equal the
+    serving tp, batching modes, int8 with the family and data type), and, given the host's GPUs,
+    that the CUDA of the containers that build FT can build for their architecture and that bf16
+    runs on them.
+  - Values a variable does not set come from its role's defaults/main.yml where that is a
+    literal (templated defaults follow the fleet_* inputs checked here).
+options:
+  _input:
+    description: Variable name -> value, for the host.
+    type: dict
+    required: true
+  gpus:
+    description: The host's ansible_local.gpus fact (role gpu_facts); GPU checks are skipped without it.
+    type: dict
+"""
+
+EXAMPLES = r"""
+- name: Collect the problems of the host's inputs
+  ansible.builtin.set_fact:
+    problems: "{{ provided | fleet_input_problems(ansible_local.gpus | default({})) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: Problems, each "variable=value - what is wrong; fix - what to do" (empty when all is well).
+  type: list
+  elements: str
+"""
+
+import difflib
+import functools
+import ipaddress
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # Ansible loads plugins by path; the registry is a sibling module
+    sys.path.insert(0, _HERE)
+import yaml
+from cuda_compat import container_sms, cuda_sm
+from fleet_model import SAFE_NAME, fleet_model_problems, fleet_model_resolved
+from ft_families import FAMILIES, AnsibleFilterError
+
+PROJECT = Path(_HERE).parent
+SAFE_PATH = re.compile(r"/[A-Za-z0-9._/+-]*")
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+@functools.cache
+def role_specs() -> dict[str, tuple[str, dict[str, Any]]]:
+    """option name -> (role, its argument spec without the documentation-only keys)."""
+    specs = {}
+    for path in sorted(PROJECT.glob("roles/*/meta/argument_specs.yml")):
+        role = path.parent.parent.name
+        options = yaml.safe_load(path.read_text())["argument_specs"]["main"].get("options") or {}
+        for name, spec in options.items():
+            specs[name] = (role, {k: v for k, v in spec.items() if k in ("type", "choices", "elements")})
+    return specs
+
+
+@functools.cache
+def role_defaults() -> dict[str, Any]:
+    """The literal defaults of every role (templated ones are left out)."""
+    values = {}
+    for path in sorted(PROJECT.glob("roles/*/defaults/main.yml")):
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if "{{" not in str(value):
+                values[name] = value
+    return values
+
+
+@functools.cache
+def role_outputs() -> frozenset[str]:
+    """Variables the roles set themselves (set_fact, register): not inputs, never typos."""
+    names = set()
+    for path in PROJECT.glob("roles/*/tasks/*.yml"):
+        text = path.read_text()
+        names.update(re.findall(r"^\s+register:\s+([a-z][a-z0-9_]*)", text, re.MULTILINE))
+        # container_image sets the fact its caller names (ft_image_built, triton_image_built).
+        names.update(re.findall(r"^\s+container_image_fact:\s+([a-z][a-z0-9_]*)", text, re.MULTILINE))
+        for block in re.findall(r"set_fact:\n((?:\s{4,}.*\n)+)", text):
+            names.update(re.findall(r"^\s{4}([a-z][a-z0-9_]*):", block, re.MULTILINE))
+    return frozenset(names)
+
+
+@functools.cache
+def fleet_names() -> frozenset[str]:
+    """The fleet_* inputs: group_vars/all/fleet.yml and those documented in docs/variables.md."""
+    names = set(yaml.safe_load((PROJECT / "group_vars/all/fleet.yml").read_text()))
+    names.update(re.findall(r"\bfleet_[a-z_]+[a-z]\b", (PROJECT / "docs/variables.md").read_text()))
+    return frozenset(names)
+
+
+def _role_of(name: str) -> str | None:
+    roles = {role for role, _ in role_specs().values()}
+    matches = [r for r in roles if name.startswith(r + "_")]
+    return max(matches, key=len) if matches else None
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return f"did you mean {close[0]}?" if close else "see ansible-doc -t role -r roles <role>"
+
+
+def _spec_problems(provided: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """Type and choice problems of the role variables set, unknown role variables, and the values
+    converted to their documented types."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: PLC0415 - Ansible's own
+
+    specs, problems, values = role_specs(), [], {}
+    for name, value in sorted(provided.items()):
+        role = _role_of(name)
+        if role is None or (name not in specs and name in role_outputs()):
+            continue
+        if name not in specs:
+            documented = [n for n, (r, _) in specs.items() if r == role]
+            problems.append(
+                f"{name}={_show(value)}: no such variable in role {role}; fix: {_did_you_mean(name, documented)}"
+            )
+            continue
+        result = ArgumentSpecValidator({name: specs[name][1]}).validate({name: value})
+        for message in result.error_messages:
+            problems.append(f"{name}={_show(value)}: {message}; fix: see ansible-doc -t role -r roles {specs[name][0]}")
+        if not result.error_messages:
+            values[name] = result.validated_parameters[name]
+    return problems, values
+
+
+def _int_problems(values: Mapping[str, Any], low: int, names: tuple[str, ...], high: int | None = None) -> list[str]:
+    problems = []
+    for name in names:
+        value = values.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and (value < low or (high and value > high)):
+            span = f"{low}-{high}" if high else f">= {low}"
+            problems.append(f"{name}={value}: out of range (valid: {span}); fix: set it in host_vars or group_vars")
+    return problems
+
+
+def _fleet_problems(v: Mapping[str, Any]) -> list[str]:
+    problems = []
+    root = v.get("fleet_data_root")
+    if not isinstance(root, str) or not SAFE_PATH.fullmatch(root) or os.path.normpath(root) != root or root == "/":
+        problems.append(
+            f"fleet_data_root={_show(root)}: must be an absolute, normalized path other than / made of letters, "
+            "digits and ._+-/ (it goes into unit files, docker -v and shell commands); fix: e.g. /srv/ftfleet"
+        )
+    problems += _gpu_list_problems(v.get("fleet_gpu_devices"))
+    for name in ("fleet_pipeline_para_size", "fleet_tensor_para_size"):
+        value = v.get(name)
+        try:
+            ok = not isinstance(value, bool) and int(str(value)) >= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            problems.append(f"{name}={_show(value)}: must be a whole number >= 1; fix: e.g. 1")
+    if v.get("fleet_convert_engine") not in ("native", "upstream"):
+        problems.append(f"fleet_convert_engine={_show(v.get('fleet_convert_engine'))}: must be native or upstream")
+    if not isinstance(v.get("fleet_require_gpus"), bool):
+        problems.append(
+            f"fleet_require_gpus={_show(v.get('fleet_require_gpus'))}: must be true or false (a quoted string "
+            "is always true in a condition); fix: write it unquoted"
+        )
+    for name in ("fleet_triton_container_version", "fleet_ft_container_version"):
+        try:
+            container_sms(v.get(name))
+        except AnsibleFilterError as err:
+            problems.append(f"{name}={_show(v.get(name))}: {str(err).split(': ', 1)[1]}")
+    token = v.get("fleet_hf_token", "")
+    if not isinstance(token, str) or re.search(r"\s", token):
+        problems.append("fleet_hf_token: must be one word without spaces or line breaks; fix: the vault file")
+    certs = v.get("fleet_extra_ca_certificates", [])
+    if not isinstance(certs, list) or not all(isinstance(c, str) for c in certs):
+        problems.append("fleet_extra_ca_certificates: must be a list of PEM texts or paths")
+    if v.get("fleet_model") not in ({}, None):  # {}: a host that serves no model
+        problems += fleet_model_problems(v["fleet_model"])
+    problems += _serve_batch_problems(v)
+    return problems
+
+
+def _gpu_list_problems(devices: Any) -> list[str]:
+    if not isinstance(devices, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
+        return [f"fleet_gpu_devices={_show(devices)}: must be a list of GPU indices; fix: e.g. [0, 1]"]
+    if any(d < 0 for d in devices) or len(set(devices)) != len(devices):
+        dupes = sorted({d for d in devices if devices.count(d) > 1})
+        what = f"index {', '.join(map(str, dupes))} is listed twice" if dupes else "indices must be >= 0"
+        return [f"fleet_gpu_devices={devices}: {what}; fix: list each GPU of the host once"]
+    return []
+
+
+def _serve_batch_problems(v: Mapping[str, Any]) -> list[str]:
+    problems = []
+    serial = v.get("fleet_serve_serial")
+    if serial is not None and not re.fullmatch(r"[1-9]\d*|(100|[1-9]\d?)%", str(serial)):
+        problems.append(f"fleet_serve_serial={_show(serial)}: must be a number >= 1 or a percentage 1%-100%")
+    fail = v.get("fleet_serve_max_fail_percentage")
+    if fail is not None and not (re.fullmatch(r"\d+", str(fail)) and int(fail) <= 100):
+        problems.append(f"fleet_serve_max_fail_percentage={_show(fail)}: must be a number from 0 to 100")
+    return problems
+
+
+def _unknown_fleet(provided: Mapping[str, Any]) -> list[str]:
+    known = sorted(fleet_names())
+    return [
+        f"{name}={_show(value)}: no such fleet variable; fix: {_did_you_mean(name, known)} (docs/variables.md)"
+        for name, value in sorted(provided.items())
+        if name.startswith("fleet_") and name not in known
+    ]
+
+
+def _server_problems(v: Mapping[str, Any]) -> list[str]:
+    ports = {n: v.get(f"triton_server_{n}_port") for n in ("http", "grpc", "metrics")}
+    problems = _int_problems(v, 1, tuple(f"triton_server_{n}_port" for n in ports), 65535)
+    numbers = [p for p in ports.values() if isinstance(p, int)]
+    if len(set(numbers)) != len(numbers):
+        shown = ", ".join(f"triton_server_{n}_port={p}" for n, p in ports.items())
+        problems.append(f"{shown}: two of them are the same port; fix: three distinct ports in host_vars")
+    unit = v.get("triton_server_model_name")
+    if isinstance(unit, str) and "{{" not in unit and not SAFE_NAME.fullmatch(unit):
+        problems.append(
+            f"triton_server_model_name={unit!r}: must be letters, digits and ._- (it names the unit and the "
+            "container); fix: remove it (it follows fleet_model.name)"
+        )
+    address = v.get("triton_server_bind_address", "")
+    if address:
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            problems.append(f"triton_server_bind_address={address!r}: not an IP address; fix: e.g. 127.0.0.1 or ''")
+    shm = v.get("triton_server_shm_size")
+    if isinstance(shm, str) and not re.fullmatch(r"[1-9]\d*[bkmgBKMG]?", shm):
+        problems.append(f"triton_server_shm_size={shm!r}: not a size docker takes; fix: e.g. 1g, 4g, 512m")
+    for limit in v.get("triton_server_ulimits") or []:
+        if not re.fullmatch(r"[a-z]+=-?\d+(:-?\d+)?", str(limit)):
+            problems.append(f"triton_server_ulimits: {limit!r} is not NAME=SOFT[:HARD]; fix: e.g. memlock=-1")
+    problems += _int_problems(v, 0, ("triton_server_restart_sec",))
+    problems += _int_problems(v, 1, ("triton_server_restart_max_sec", "triton_server_start_limit_burst",
+                                     "triton_server_start_limit_interval_sec", "triton_server_ready_timeout",
+                                     "triton_server_smoke_output_len", "triton_server_smoke_timeout",
+                                     "triton_server_log_lines"))  # fmt: skip
+    return problems
+
+
+def triton_model_repo_problems(v: Mapping[str, Any], model: Mapping[str, Any]) -> list[str]:
+    """Settings of the model repository that Triton or the FT backend cannot serve (used by the
+    role triton_model_repo too)."""
+    problems = _int_problems(v, 1, ("triton_model_repo_max_batch_size",))
+    problems += _int_problems(v, 0, ("triton_model_repo_max_queue_delay_us",))
+    dynamic, sequence = v.get("triton_model_repo_dynamic_batching"), v.get("triton_model_repo_sequence_batching")
+    batch, int8 = v.get("triton_model_repo_max_batch_size"), v.get("triton_model_repo_int8_mode", 0)
+    if dynamic and sequence:
+        problems.append(
+            "triton_model_repo_dynamic_batching and triton_model_repo_sequence_batching are both true: "
+            "Triton takes one or the other; fix: set one of them to false"
+        )
+    if sequence and batch != 1:
+        problems.append(
+            f"triton_model_repo_sequence_batching needs triton_model_repo_max_batch_size 1, not {batch}; "
+            "fix: set triton_model_repo_max_batch_size: 1"
+        )
+    family = FAMILIES.get(model.get("family", ""))
+    if int8 not in (0, 1, 2):
+        problems.append(f"triton_model_repo_int8_mode={int8}: valid 0, 1 (weight-only), 2; fix: 0 turns it off")
+    elif int8 and family and not family.int8:
+        problems.append(
+            f"triton_model_repo_int8_mode={int8}: the {family.name} backend has no int8 mode "
+            "(families with one: gpt, bloom, llama); fix: 0"
+        )
+    elif int8 and model.get("data_type") == "fp32":
+        problems.append(
+            f"triton_model_repo_int8_mode={int8} with fleet_model.data_type=fp32: int8 needs fp16 or bf16; "
+            "fix: data_type fp16, or int8_mode 0"
+        )
+    return problems
+
+
+def _tp_problems(v: Mapping[str, Any]) -> list[str]:
+    tp = v.get("fleet_tensor_para_size")
+    return [
+        f"{name}={v[name]} but fleet_tensor_para_size={tp}: shards and tuning must be made for the serving "
+        f"tensor-parallel size; fix: remove {name} (it follows fleet_gpu_devices)"
+        for name in ("ft_convert_tp", "ft_gemm_tune_tp")
+        if name in v and str(v[name]) != str(tp)
+    ]
+
+
+def _path_problems(provided: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+    problems = []
+    for name, (_, spec) in sorted(role_specs().items()):
+        value = values.get(name)
+        if name not in provided or not isinstance(value, str) or not value:
+            continue
+        container_path = name.endswith("container_dir") or name.endswith("_root") or name == "ft_convert_python"
+        if (spec.get("type") == "path" or container_path) and not os.path.expanduser(value).startswith("/"):
+            problems.append(f"{name}={value!r}: must be an absolute path; fix: e.g. /srv/ftfleet/...")
+    return problems
+
+
+def _gpu_problems(v: Mapping[str, Any], gpus: Mapping[str, Any]) -> list[str]:
+    devices = v.get("fleet_gpu_devices")
+    if not v.get("fleet_require_gpus") or not isinstance(devices, list):
+        return []
+    assigned = [d for d in gpus.get("devices") or [] if d.get("index") in devices]
+    problems = []
+    for device in assigned:
+        try:
+            sm = cuda_sm(device.get("compute_capability"))
+        except AnsibleFilterError as err:
+            problems.append(f"GPU {device.get('index')} ({device.get('name')}): {str(err).split(': ', 1)[1]}")
+            continue
+        for name in ("fleet_ft_container_version", "fleet_triton_container_version"):
+            try:
+                table = container_sms(v.get(name))
+            except AnsibleFilterError:
+                continue  # reported with the fleet_* checks
+            if sm not in table["sms"]:
+                newer = "22.10 or later" if sm in ("89", "90") else "a newer release"
+                problems.append(
+                    f"{name}={v.get(name)}: its CUDA {table['cuda']} cannot build FT for GPU {device['index']} "
+                    f"({device.get('name')}, SM {sm}; it builds SM {', '.join(table['sms'])}); fix: {newer} "
+                    "(docs/variables.md: container versions for each GPU)"
+                )
+        model = v.get("fleet_model") or {}
+        if isinstance(model, Mapping) and model.get("data_type") == "bf16" and int(sm) < 80:
+            problems.append(
+                f"fleet_model.data_type=bf16: GPU {device['index']} ({device.get('name')}, SM {sm}) has no bf16 "
+                "(SM 80 or later); fix: data_type fp16"
+            )
+    sm_arg = v.get("ft_image_sm")
+    if sm_arg and assigned:
+        needed = {cuda_sm(d["compute_capability"]) for d in assigned if d.get("compute_capability")}
+        given = set(str(sm_arg).split(","))
+        if not needed <= given:
+            problems.append(
+                f"ft_image_sm={sm_arg!r}: does not cover the assigned GPUs (SM {', '.join(sorted(needed))}); "
+                "fix: remove it (it follows the GPUs) or add those values"
+            )
+    return problems
+
+
+def fleet_input_problems(provided: Any, gpus: Any = None) -> list[str]:
+    if not isinstance(provided, Mapping):
+        raise AnsibleFilterError(f"fleet_input_problems: expected a dict of variables, got {type(provided).__name__}")
+    problems, converted = _spec_problems(provided)
+    values = {**role_defaults(), **provided, **converted}
+    problems += _unknown_fleet(provided) + _fleet_problems(values)
+    problems += _server_problems(values) + _tp_problems(values) + _path_problems(provided, values)
+    problems += _int_problems(values, 1, ("ft_gemm_tune_batch_size", "ft_gemm_tune_beam_width",
+                                          "ft_gemm_tune_max_input_len", "ft_convert_workers", "ft_convert_timeout",
+                                          "ft_gemm_tune_timeout", "container_image_progress_interval",
+                                          "container_image_timeout", "nvidia_driver_reboot_timeout"))  # fmt: skip
+    branch = values.get("nvidia_driver_branch")
+    if branch is not None and not re.fullmatch(r"\d{3}", str(branch)):
+        problems.append(f"nvidia_driver_branch={_show(branch)}: must be a driver branch such as '535'")
+    model = values.get("fleet_model")
+    if isinstance(model, Mapping) and model and not fleet_model_problems(model):
+        problems += triton_model_repo_problems(values, fleet_model_resolved(model))
+    if isinstance(gpus, Mapping):
+        problems += _gpu_problems(values, gpus)
+    return problems
+
+
+def fleet_input_names(names: Any) -> list[str]:
+    """From a list of variable names, those this check reads: fleet_* and every role's prefix."""
+    if not isinstance(names, list | tuple):
+        raise AnsibleFilterError(f"fleet_input_names: expected a list of names, got {type(names).__name__}")
+    return sorted(n for n in names if isinstance(n, str) and (n.startswith("fleet_") or _role_of(n)))
+
+
+def ft_model_params_problems(hf_config: Any, family: Any) -> list[str]:
+    """What ft_model_params refuses in a config.json, as a list (empty when it converts)."""
+    from ft_model import ft_model_params  # noqa: PLC0415 - sibling plugin, loaded by path
+
+    try:
+        ft_model_params(hf_config, family)
+    except AnsibleFilterError as err:
+        return [str(err).removeprefix("ft_model_params: ")]
+    return []
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "fleet_input_names": fleet_input_names,
+            "fleet_input_problems": fleet_input_problems,
+            "ft_model_params_problems": ft_model_params_problems,
+            "triton_model_repo_problems": triton_model_repo_problems,
+        }

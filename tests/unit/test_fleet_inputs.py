@@ -1,0 +1,214 @@
+"""fleet_input_problems: every class of bad input named with its variable, value and fix; the
+container -> CUDA -> buildable SM table; config.json shapes the converters cannot take."""
+
+from __future__ import annotations
+
+import pytest
+from configs import GPTJ_6B, LLAMA_7B
+from cuda_compat import container_sms
+from fleet_inputs import (
+    fleet_input_names,
+    fleet_input_problems,
+    ft_model_params_problems,
+    role_outputs,
+    role_specs,
+    triton_model_repo_problems,
+)
+from ft_families import AnsibleFilterError
+
+MODEL = {"name": "kogpt", "family": "gptj", "source": {"url": "https://huggingface.co/kakaobrain/kogpt",
+                                                       "revision": "KoGPT6B-ryan1.5b-float16"}}  # fmt: skip
+GOOD = {
+    "fleet_data_root": "/srv/ftfleet",
+    "fleet_triton_container_version": "22.04",
+    "fleet_ft_container_version": "22.04",
+    "fleet_model": MODEL,
+    "fleet_convert_engine": "native",
+    "fleet_gpu_devices": [0, 1],
+    "fleet_pipeline_para_size": 1,
+    "fleet_tensor_para_size": "2",
+    "fleet_require_gpus": True,
+    "fleet_hf_token": "",
+}
+
+
+def gpus(name: str, cc: str, count: int = 2) -> dict:
+    return {"count": count, "devices": [{"index": i, "name": name, "compute_capability": cc} for i in range(count)]}
+
+
+A100 = gpus("NVIDIA A100-SXM4-80GB", "8.0")
+H100 = gpus("NVIDIA H100 80GB HBM3", "9.0")
+T4 = gpus("Tesla T4", "7.5")
+
+
+def test_the_defaults_and_a_valid_host_have_no_problem():
+    assert fleet_input_problems(GOOD, A100) == []
+    assert fleet_input_problems({**GOOD, "fleet_triton_container_version": "23.04",
+                                 "fleet_ft_container_version": "23.04"}, H100) == []  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("container", "cuda", "sms"),
+    [
+        ("22.04", "11.6", ["60", "61", "70", "75", "80", "86"]),
+        ("22.08", "11.7", ["60", "61", "70", "75", "80", "86"]),
+        ("22.10", "11.8", ["60", "61", "70", "75", "80", "86", "89", "90"]),
+        ("23.04-py3", "12.1", ["60", "61", "70", "75", "80", "86", "89", "90"]),
+        ("25.04", "12.9", ["60", "61", "70", "75", "80", "86", "89", "90"]),
+    ],
+)
+def test_container_cuda_and_buildable_sms(container, cuda, sms):
+    table = container_sms(container)
+    assert table["cuda"] == cuda
+    assert table["sms"] == sms
+
+
+@pytest.mark.parametrize("bad", [22.1, "22.09", "latest", None])
+def test_container_sms_refuses_unknown_versions(bad):
+    with pytest.raises(AnsibleFilterError, match="triton_min_driver: "):
+        container_sms(bad)
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "facts", "problem"),
+    [
+        ("duplicate GPU", {"fleet_gpu_devices": [0, 0]}, A100,
+         "fleet_gpu_devices=[0, 0]: index 0 is listed twice; fix: list each GPU of the host once"),
+        ("negative GPU", {"fleet_gpu_devices": [-1]}, A100, "fleet_gpu_devices=[-1]: indices must be >= 0"),
+        ("GPU list of strings", {"fleet_gpu_devices": "0,1"}, A100, "fleet_gpu_devices='0,1': must be a list"),
+        ("Hopper on 22.04", {}, H100,
+         "fleet_ft_container_version=22.04: its CUDA 11.6 cannot build FT for GPU 0 (NVIDIA H100 80GB HBM3, SM 90;"
+         " it builds SM 60, 61, 70, 75, 80, 86); fix: 22.10 or later"),
+        ("Hopper, Triton side", {"fleet_ft_container_version": "23.04"}, H100,
+         "fleet_triton_container_version=22.04: its CUDA 11.6 cannot build FT for GPU 0"),
+        ("bf16 before Ampere", {"fleet_model": {**MODEL, "data_type": "bf16"}}, T4,
+         "fleet_model.data_type=bf16: GPU 0 (Tesla T4, SM 75) has no bf16 (SM 80 or later); fix: data_type fp16"),
+        ("ft_image_sm not covering", {"ft_image_sm": "80", "fleet_ft_container_version": "23.04",
+                                      "fleet_triton_container_version": "23.04"}, H100,
+         "ft_image_sm='80': does not cover the assigned GPUs (SM 90)"),
+        ("unknown container", {"fleet_triton_container_version": "22.09"}, A100,
+         "fleet_triton_container_version='22.09': unknown Triton container version '22.09' (known: 22.03"),
+        ("unquoted container", {"fleet_ft_container_version": 22.1}, A100,
+         "fleet_ft_container_version=22.1: container version 22.1 must be a string like '22.04' (quote it"),
+        ("same HTTP and gRPC port", {"triton_server_http_port": 8001}, A100,
+         "triton_server_http_port=8001, triton_server_grpc_port=8001, triton_server_metrics_port=8002: two of them"),
+        ("port out of range", {"triton_server_metrics_port": 70000}, A100,
+         "triton_server_metrics_port=70000: out of range (valid: 1-65535)"),
+        ("port of the wrong type", {"triton_server_grpc_port": "80x"}, A100,
+         "triton_server_grpc_port='80x': argument 'triton_server_grpc_port' is of type str and we were unable "
+         "to convert to int"),
+        ("relative data root", {"fleet_data_root": "srv/ftfleet"}, A100,
+         "fleet_data_root='srv/ftfleet': must be an absolute, normalized path"),
+        ("data root with a space", {"fleet_data_root": "/srv/ft fleet"}, A100, "fleet_data_root='/srv/ft fleet'"),
+        ("data root not normalized", {"fleet_data_root": "/srv/ftfleet/"}, A100, "fleet_data_root='/srv/ftfleet/'"),
+        ("model name with a slash", {"fleet_model": {**MODEL, "name": "kakaobrain/kogpt"}}, A100,
+         "fleet_model.name='kakaobrain/kogpt': must be letters, digits and ._-"),
+        ("url without a scheme", {"fleet_model": {**MODEL, "source": {**MODEL["source"], "url": "hf.co/x"}}}, A100,
+         "fleet_model.source.url='hf.co/x': not a git URL"),
+        ("pipeline size 0", {"fleet_pipeline_para_size": 0}, A100,
+         "fleet_pipeline_para_size=0: must be a whole number >= 1"),
+        ("engine", {"fleet_convert_engine": "fast"}, A100, "fleet_convert_engine='fast': must be native or upstream"),
+        ("quoted boolean", {"fleet_require_gpus": "false"}, A100,
+         "fleet_require_gpus='false': must be true or false (a quoted string is always true in a condition)"),
+        ("fleet typo", {"fleet_gpu_device": [0]}, A100,
+         "fleet_gpu_device=[0]: no such fleet variable; fix: did you mean fleet_gpu_devices?"),
+        ("role typo", {"triton_server_http_prot": 8000}, A100,
+         "triton_server_http_prot=8000: no such variable in role triton_server; fix: did you mean "
+         "triton_server_http_port?"),
+        ("bad choice", {"docker_engine_source": "snap"}, A100,
+         "docker_engine_source='snap': value of docker_engine_source must be one of: docker-ce, distro, got: snap"),
+        ("bad boolean", {"triton_server_mpirun": "maybe"}, A100, "triton_server_mpirun='maybe': argument"),
+        ("converter tp differs", {"ft_convert_tp": 4}, A100,
+         "ft_convert_tp=4 but fleet_tensor_para_size=2: shards and tuning must be made for the serving"),
+        ("tuner tp differs", {"ft_gemm_tune_tp": 1}, A100, "ft_gemm_tune_tp=1 but fleet_tensor_para_size=2"),
+        ("int8 on gptj", {"triton_model_repo_int8_mode": 1}, A100,
+         "triton_model_repo_int8_mode=1: the gptj backend has no int8 mode"),
+        ("int8 with fp32", {"triton_model_repo_int8_mode": 1, "fleet_model": {**MODEL, "family": "gpt",
+                                                                              "data_type": "fp32"}}, A100,
+         "triton_model_repo_int8_mode=1 with fleet_model.data_type=fp32: int8 needs fp16 or bf16"),
+        ("int8 mode 3", {"triton_model_repo_int8_mode": 3, "fleet_model": {**MODEL, "family": "gpt"}}, A100,
+         "triton_model_repo_int8_mode=3: valid 0, 1 (weight-only), 2"),
+        ("both batchings", {"triton_model_repo_dynamic_batching": True, "triton_model_repo_sequence_batching": True},
+         A100, "triton_model_repo_dynamic_batching and triton_model_repo_sequence_batching are both true"),
+        ("sequence batching with a batch", {"triton_model_repo_sequence_batching": True}, A100,
+         "triton_model_repo_sequence_batching needs triton_model_repo_max_batch_size 1, not 128"),
+        ("batch size 0", {"triton_model_repo_max_batch_size": 0}, A100,
+         "triton_model_repo_max_batch_size=0: out of range (valid: >= 1)"),
+        ("gemm batch 0", {"ft_gemm_tune_batch_size": 0}, A100, "ft_gemm_tune_batch_size=0: out of range"),
+        ("bind address", {"triton_server_bind_address": "localhost:8000"}, A100,
+         "triton_server_bind_address='localhost:8000': not an IP address"),
+        ("shm size", {"triton_server_shm_size": "4 GB"}, A100, "triton_server_shm_size='4 GB': not a size docker"),
+        ("ulimit", {"triton_server_ulimits": ["memlock unlimited"]}, A100,
+         "triton_server_ulimits: 'memlock unlimited' is not NAME=SOFT[:HARD]"),
+        ("unit name", {"triton_server_model_name": "my model"}, A100, "triton_server_model_name='my model': must be"),
+        ("relative path", {"model_checkpoint_dir": "checkpoints/kogpt"}, A100,
+         "model_checkpoint_dir='checkpoints/kogpt': must be an absolute path"),
+        ("relative container path", {"triton_model_repo_container_dir": "models"}, A100,
+         "triton_model_repo_container_dir='models': must be an absolute path"),
+        ("driver branch", {"nvidia_driver_branch": "latest"}, A100,
+         "nvidia_driver_branch='latest': must be a driver branch such as '535'"),
+        ("token with a line break", {"fleet_hf_token": "hf_abc\n"}, A100, "fleet_hf_token: must be one word"),
+        ("serve serial", {"fleet_serve_serial": "0"}, A100, "fleet_serve_serial='0': must be a number >= 1"),
+        ("max fail", {"fleet_serve_max_fail_percentage": 150}, A100, "fleet_serve_max_fail_percentage=150"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None,
+)  # fmt: skip
+def test_each_bad_input_is_named_with_its_fix(case, change, facts, problem):
+    problems = fleet_input_problems({**GOOD, **change}, facts)
+    assert any(problem in p for p in problems), f"{case}: {problem!r} not in {problems}"
+
+
+def test_the_token_never_appears_in_a_problem():
+    problems = fleet_input_problems({**GOOD, "fleet_hf_token": "hf_secret value"}, A100)
+    assert problems == ["fleet_hf_token: must be one word without spaces or line breaks; fix: the vault file"]
+
+
+def test_every_problem_at_once():
+    change = {"fleet_gpu_devices": [0, 0], "triton_server_http_port": 8001, "fleet_convert_engine": "x"}
+    problems = fleet_input_problems({**GOOD, **change}, H100)
+    assert len(problems) == 5, problems  # duplicates, ports, engine, and both containers for Hopper
+
+
+def test_without_gpus_the_gpu_checks_are_skipped():
+    assert fleet_input_problems({**GOOD, "fleet_require_gpus": False}, H100) == []
+    assert fleet_input_problems(GOOD) == []
+
+
+def test_names_selects_fleet_and_role_variables():
+    names = ["fleet_model", "triton_server_http_port", "ansible_host", "inventory_hostname", "__x", "gpu_facts_x", 3]
+    assert fleet_input_names(names) == ["fleet_model", "gpu_facts_x", "triton_server_http_port"]
+    with pytest.raises(AnsibleFilterError, match="fleet_input_names: expected a list"):
+        fleet_input_names("fleet_model")
+
+
+def test_bad_argument_is_a_filter_error():
+    with pytest.raises(AnsibleFilterError, match="fleet_input_problems: expected a dict"):
+        fleet_input_problems(["fleet_model"])
+
+
+def test_role_specs_and_outputs_come_from_the_roles():
+    assert role_specs()["triton_server_http_port"][0] == "triton_server"
+    assert "triton_image_built" in role_outputs()  # a fact the role sets, not an input
+
+
+@pytest.mark.parametrize(
+    ("config", "family", "problem"),
+    [
+        ({**LLAMA_7B, "num_key_value_heads": 8}, "llama", "grouped-query attention"),
+        ({**GPTJ_6B, "n_head": 15}, "gptj", "hidden size 4096 is not a multiple of the head count 15"),
+        ({**GPTJ_6B, "eos_token_id": None}, "gptj", "eos_token_id None"),
+        ("not a dict", "gptj", "expected the parsed config.json (a dict)"),
+    ],
+)
+def test_config_shapes_the_converter_cannot_take(config, family, problem):
+    problems = ft_model_params_problems(config, family)
+    assert len(problems) == 1
+    assert problem in problems[0]
+
+
+def test_a_good_config_has_no_shape_problem():
+    assert ft_model_params_problems(GPTJ_6B, "gptj") == []
+
+
+def test_model_repo_problems_alone():
+    assert triton_model_repo_problems({"triton_model_repo_int8_mode": 0}, {"family": "gptj"}) == []
