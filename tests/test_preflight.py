@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT, run_playbook
 
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
-from configs import GPT2, GPTJ_6B, LLAMA_7B
+from configs import GPT2, GPTJ_6B, KOGPT_6B, LLAMA_7B
 
 RECORDINGS = ROOT / "tests" / "fixtures" / "gpus"
 
@@ -291,3 +292,42 @@ def test_bad_inventories_each_fail_before_any_change_naming_the_fix(lab):
         recap = re.search(rf"^{re.escape(case)}\s+: ok=\d+\s+changed=(\d+)", out, re.MULTILINE)
         assert recap, f"{case} missing from the recap"
         assert recap.group(1) == "0", f"{case} changed something"
+
+
+def test_the_example_production_inventory_passes_preflight_on_its_hardware(lab, tmp_path):
+    """inventories/prod as shipped, each host on a recording of the GPUs it names (1 and 8 A100,
+    4 L40S), reached locally; only the model sources are swapped for local repositories holding
+    the seed models' config.json at the same revision (the Hub is out of reach)."""
+    recordings = {"gpu-a100-01.example.com": "a100x1", "gpu-a100-08.example.com": "mixed8",
+                  "gpu-l40s-04.example.com": "l40sx4"}  # fmt: skip
+    seeds = {"kogpt": KOGPT_6B, "llama7b": LLAMA_7B}
+    groups = {"kogpt": ["gpu-a100-01.example.com", "gpu-a100-08.example.com"],
+              "llama7b": ["gpu-l40s-04.example.com"]}  # fmt: skip
+    hosts = {}
+    for group, members in groups.items():
+        model = yaml.safe_load((ROOT / "inventories/prod/group_vars" / group / "fleet.yml").read_text())["fleet_model"]
+        url = model_repo(tmp_path, group, seeds[group], branch=model["source"]["revision"])
+        for host in members:
+            hosts[host] = {
+                "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
+                "gpu_facts_fact_path": str(tmp_path / "facts" / host),
+                "gpu_facts_nvidia_smi": str(RECORDINGS / recordings[host] / "nvidia-smi"),
+                "preflight_config_cache": str(tmp_path / "cache"), "fleet_data_root": str(tmp_path / "data"),
+                # This machine's disk is not the hosts' disk: the disk check is not what is tried here.
+                "preflight_disk_headroom": 0.001,
+                "fleet_model": {**model, "source": {**model["source"], "url": url}},
+            }  # fmt: skip
+    overlay = tmp_path / "here.yml"
+    overlay.write_text(json.dumps({"all": {"hosts": hosts}}))
+    password = tmp_path / "vault-password"
+    password.write_text("ftfleet-example\n")
+    result = run_playbook("playbooks/preflight.yml", "-i", "inventories/prod", "-i", overlay,
+                          "--vault-password-file", password)  # fmt: skip
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    passed = [" ".join(line.split()) for line in out.splitlines() if "preflight passed:" in line]
+    assert sorted(passed) == [
+        "msg: 'preflight passed: kogpt (gptj, tp 1 x pp 1 on GPUs 0)'",
+        "msg: 'preflight passed: kogpt (gptj, tp 8 x pp 1 on GPUs 0,1,2,3,4,5,6,7)'",
+        "msg: 'preflight passed: llama-7b (llama, tp 2 x pp 1 on GPUs 0,1)'",
+    ], out[-3000:]

@@ -77,12 +77,12 @@ def test_container_sms_refuses_unknown_versions(bad):
         ("negative GPU", {"fleet_gpu_devices": [-1]}, A100, "fleet_gpu_devices=[-1]: indices must be >= 0"),
         ("GPU list of strings", {"fleet_gpu_devices": "0,1"}, A100, "fleet_gpu_devices='0,1': must be a list"),
         ("Hopper on 22.04", {}, H100,
-         "fleet_ft_container_version=22.04: its CUDA 11.6 cannot build FT for GPU 0 (NVIDIA H100 80GB HBM3, SM 90;"
+         "fleet_ft_container_version=22.04: its CUDA 11.6 cannot build FT for GPU 0, 1 (NVIDIA H100 80GB HBM3, SM 90;"
          " it builds SM 60, 61, 70, 75, 80, 86); fix: 22.10 or later"),
         ("Hopper, Triton side", {"fleet_ft_container_version": "23.04"}, H100,
-         "fleet_triton_container_version=22.04: its CUDA 11.6 cannot build FT for GPU 0"),
+         "fleet_triton_container_version=22.04: its CUDA 11.6 cannot build FT for GPU 0, 1 (NVIDIA H100"),
         ("bf16 before Ampere", {"fleet_model": {**MODEL, "data_type": "bf16"}}, T4,
-         "fleet_model.data_type=bf16: GPU 0 (Tesla T4, SM 75) has no bf16 (SM 80 or later); fix: data_type fp16"),
+         "fleet_model.data_type=bf16: GPU 0, 1 (Tesla T4, SM 75) has no bf16 (SM 80 or later); fix: data_type fp16"),
         ("ft_image_sm not covering", {"ft_image_sm": "80", "fleet_ft_container_version": "23.04",
                                       "fleet_triton_container_version": "23.04"}, H100,
          "ft_image_sm='80': does not cover the assigned GPUs (SM 90)"),
