@@ -46,8 +46,9 @@ harness: setup  ## a Docker engine and the locally built base image
 molecule: harness  ## the tests that need Docker, then every Molecule scenario (or SCENARIO=name)
 	pytest -m docker -p no:cacheprovider
 	for s in $(SCENARIO); do \
-	  echo "=== molecule test -s $$s"; \
+	  echo "=== molecule test -s $$s"; start=$$SECONDS; \
 	  molecule test -s $$s || { echo "molecule scenario $$s failed" >&2; exit 1; }; \
+	  echo "=== molecule scenario $$s passed in $$((SECONDS - start)) s"; \
 	done
 
 fresh-test: harness  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
