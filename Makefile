@@ -24,6 +24,7 @@ $(VENV)/.toolchain: pyproject.toml constraints.txt | tools
 	$(PYTHON) -m venv $(VENV)
 	$(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["toolchain"]))' > $(VENV)/toolchain.txt
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -r $(VENV)/toolchain.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .   # the ftfleet command
 	touch $@
 
 lock: setup  ## rewrite constraints.txt from the current virtualenv

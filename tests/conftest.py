@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# Ansible's module_utils replace sys.intern when first imported (the fleet_inputs filter uses
+# Ansible's ArgumentSpecValidator in this process), and torch._dynamo refuses to load after that
+# ("substitute_in_graph expects a function but got SysInternPatch"): load it first, in every
+# pytest worker, wherever torch is installed.
+with contextlib.suppress(ImportError):
+    import torch._dynamo  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -62,11 +62,15 @@ def inside(command: str, timeout: int = 600) -> tuple[subprocess.CompletedProces
     return done, time.monotonic() - started
 
 
-def recap(out: str) -> dict[str, dict[str, int]]:
-    hosts = {}
-    for host, counts in re.findall(r"^(lab-node\d)\s+:\s+(.*)$", out, re.MULTILINE):
-        hosts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
-    return hosts
+def report(command: str) -> dict:
+    """The newest ftfleet report of that command in the fresh machine's clone (runs/)."""
+    done, _ = inside(f'cat "$(ls -d runs/*-{command} | tail -n 1)/report.json"')
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def ftfleet(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess[str], float]:
+    return inside(" ".join([".venv/bin/ftfleet", *map(shlex.quote, args)]), timeout=timeout)
 
 
 def completion(out: str) -> str:
@@ -132,10 +136,14 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     print(f"first make lab on the fresh machine: {took:.0f} s")
     assert first.returncode == 0, out[-8000:]
     assert took < 25 * 60, f"make lab took {took:.0f} s"
-    hosts = recap(out)
-    assert set(hosts) == {"lab-node1", "lab-node2"}, out[-3000:]
-    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values()), hosts
-    # The GPU-only roles say that they skip.
+    # make lab runs `ftfleet apply`: its report, counted from ansible-runner's events.
+    applied = report("apply")
+    assert applied["result"] == "ok", applied
+    assert set(applied["hosts"]) == {"lab-node1", "lab-node2"}
+    assert all(h["failed"] == 0 and not h["unreachable"] for h in applied["hosts"].values()), applied["hosts"]
+    stages = ["preflight", "gpu_hosts", "images", "models", "serve"]
+    assert all(list(row) == stages for row in applied["changed"].values()), applied["changed"]
+    # The GPU-only roles say that they skip (ftfleet prints what the roles say).
     for role in ("nvidia_driver", "nvidia_container_toolkit", "ft_gemm_tune"):
         assert re.search(rf"{role}: lab-node1 has no", out), f"{role} did not announce its skip"
     served = completion(out)
@@ -148,17 +156,46 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     out = second.stdout + second.stderr
     print(f"second make lab: {took:.0f} s")
     assert second.returncode == 0, out[-8000:]
-    hosts = recap(out)
-    assert hosts, out[-6000:]
-    assert all(h["changed"] == 0 for h in hosts.values()), (hosts, out[-6000:])
+    again = report("apply")
+    assert again["run_dir"] != applied["run_dir"]
+    assert again["changed"] == {host: dict.fromkeys(stages, 0) for host in ("lab-node1", "lab-node2")}, again
     assert completion(out) == served
     assert took < 120, f"the second make lab took {took:.0f} s"
 
+    # One host's max_batch_size changes: exactly its config.pbtxt, its unit and one restart.
+    batch = '{"triton_model_repo_max_batch_size": "{{ 64 if inventory_hostname == \'lab-node1\' else 128 }}"}'
+    done, _ = ftfleet("apply", "-e", batch)
+    assert done.returncode == 0, done.stdout[-6000:]
+    changed = report("apply")
+    assert changed["changed"]["lab-node2"] == dict.fromkeys(stages, 0), changed["changed"]
+    assert changed["changed"]["lab-node1"] == {**dict.fromkeys(stages, 0), "models": 1, "serve": 2}
+    assert [(c["role"], c["task"], c.get("handler", False)) for c in changed["changes"]] == [
+        ("triton_model_repo", "Write the models' config.pbtxt", False),
+        ("triton_server", "configure | Write triton-tiny-gpt2.service", False),
+        ("triton_server", "Restart tritonserver", True),
+    ], changed["changes"]
+
+    # ftfleet status: both hosts serve, with their model, tp and GPUs, and Triton's metrics read.
+    done, _ = ftfleet("status", "--interval", "1")
+    assert done.returncode == 0, done.stdout[-4000:]
+    rows = {row["host"]: row for row in report("status")["status"]}
+    assert set(rows) == {"lab-node1", "lab-node2"}
+    for host, tp in (("lab-node1", 1), ("lab-node2", 2)):
+        row = rows[host]
+        assert (row["model"], row["tp"], row["unit"], row["health"]) == ("tiny-gpt2", tp, "active", "ready"), row
+        assert len(row["commit"]) == 40
+        assert row["image"], row
+        assert row["requests_per_second"] is not None, row  # the metrics endpoint answered
+
     # Check mode previews a GPU change on one host, changes nothing, and the gate still runs.
-    change = shlex.quote('{"fleet_gpu_devices": [0, 1]}')
-    preview, _ = inside(f".venv/bin/ansible-playbook site.yml --check --diff --limit lab-node1 -e {change}")
+    preview, _ = ftfleet("plan", "--diffs", "--limit", "lab-node1", "-e", '{"fleet_gpu_devices": [0, 1]}')
     out = preview.stdout + preview.stderr
     assert preview.returncode == 0, out[-6000:]
+    planned = report("plan")
+    assert set(planned["changed"]) == {"lab-node1"}
+    # config.pbtxt and the unit would change (the conversion is announced: check mode converts nothing)
+    assert planned["changed"]["lab-node1"]["models"] >= 1, planned["changed"]
+    assert planned["changed"]["lab-node1"]["serve"] >= 1, planned["changed"]
     assert "fastertransformer/1/2-gpu would be converted" in " ".join(out.split())
     assert '+parameters { key: "tensor_para_size" value: { string_value: "2" } }' in out
     assert "+    --label=ftfleet.gpus=0,1" in out

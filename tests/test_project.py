@@ -30,11 +30,20 @@ def test_site_syntax_check(inventory):
 
 
 def _stage_roles() -> set[str]:
+    """The roles of the stage playbooks that site.yml imports (playbooks/status.yml is not a stage)."""
     roles = set()
-    for stage in (ROOT / "playbooks").glob("*.yml"):
+    for entry in yaml.safe_load((ROOT / "site.yml").read_text()):
+        stage = ROOT / entry["ansible.builtin.import_playbook"]
         for play in yaml.safe_load(stage.read_text()):
             roles.update(r["role"] if isinstance(r, dict) else r for r in play.get("roles", []))
     return roles
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_status_playbook_lists_its_role(inventory):
+    result = run_playbook("playbooks/status.yml", "-i", f"inventories/{inventory}", "--list-tasks")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "fleet_status : Read the serving state of the host" in result.stdout
 
 
 @pytest.mark.parametrize("inventory", INVENTORIES)

@@ -1,0 +1,1 @@
+"""ftfleet: plan, apply and watch the fleet's playbooks through ansible-runner (ftfleet --help)."""

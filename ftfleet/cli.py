@@ -1,0 +1,194 @@
+"""ftfleet: the fleet's playbooks through ansible-runner, with a live view and a report.
+
+    ftfleet plan   [--diffs]     check mode with diff: what would change, per host and stage
+    ftfleet apply                site.yml: live view per host, then what changed
+    ftfleet status [--interval]  each host's model, commit, tp, GPUs, image, unit, health, traffic
+
+Options of every command (after it): -i INVENTORY (default: ansible.cfg's, the lab),
+-l/--limit, -t/--tags, -e/--extra-vars (repeatable), --runs-dir. Every run leaves
+runs/<time>-<command>/ with ansible-runner's artifacts, report.json and summary.md.
+
+Exit codes: 0 success; 1 Ansible could not run (bad options, syntax, inventory); 2 a task failed
+on some host; 4 some host was unreachable; 64 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from ftfleet import view
+from ftfleet.events import ROOT, Run
+
+EXIT = {"ok": 0, "error": 1, "failed": 2, "unreachable": 4, "usage": 64}
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors exit 64, apart from "a host failed" (2)
+        self.print_usage(sys.stderr)
+        self.exit(EXIT["usage"], f"{self.prog}: error: {message}\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-i", "--inventory", help="inventory path (default: ansible.cfg's, inventories/lab)")
+    common.add_argument("-l", "--limit", help="hosts or groups to run on (ansible-playbook --limit)")
+    common.add_argument("-t", "--tags", help="only these tags (ansible-playbook --tags)")
+    common.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
+                        help="extra variables, key=value or JSON or @file (repeatable)")  # fmt: skip
+    common.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where runs are recorded (./runs)")
+    top = Parser(prog="ftfleet", description=__doc__.split("\n\n")[0],
+                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    commands = top.add_subparsers(dest="command", required=True, parser_class=Parser)
+    plan = commands.add_parser("plan", parents=[common], help="what site.yml would change (check mode, diff)")
+    plan.add_argument("--diffs", action="store_true", help="print each change's diff too")
+    commands.add_parser("apply", parents=[common], help="run site.yml with a live view, then report what changed")
+    status = commands.add_parser("status", parents=[common], help="each host's serving state and traffic")
+    status.add_argument("--interval", type=float, default=2.0, help="seconds between the two metric samples")
+    return top
+
+
+def cmdline(args: argparse.Namespace, *more: str) -> list[str]:
+    words = [*more]
+    if args.limit:
+        words += ["--limit", args.limit]
+    if args.tags:
+        words += ["--tags", args.tags]
+    for extra in args.extra_vars:
+        words += ["-e", extra]
+    return words
+
+
+def execute(
+    args: argparse.Namespace, playbook: str, words: list[str], title: str, console: Console
+) -> tuple[Run, Any, Path]:
+    """Run a playbook through ansible-runner, showing the live view; returns the run, the runner
+    and the run's directory."""
+    import ansible_runner  # noqa: PLC0415 - imported here so that --help answers fast
+
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    run_dir = (args.runs_dir / f"{stamp}-{args.command}").resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run = Run()
+    env = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
+    kwargs: dict[str, Any] = {"private_data_dir": str(run_dir), "project_dir": str(ROOT), "playbook": playbook,
+                              "cmdline": " ".join(map(_quote, words)), "quiet": True, "event_handler": run.handle,
+                              "envvars": env, "ident": "ansible"}  # fmt: skip
+    if args.inventory:
+        kwargs["inventory"] = str(Path(args.inventory).resolve())
+    thread, runner = ansible_runner.run_async(**kwargs)
+    with Live(view.live(run, title), console=console, refresh_per_second=4, transient=False) as screen:
+        while thread.is_alive():
+            screen.update(view.live(run, title))
+            time.sleep(0.25)
+        thread.join()
+        screen.update(view.live(run, title))
+    return run, runner, run_dir
+
+
+def _quote(word: str) -> str:
+    import shlex  # noqa: PLC0415
+
+    return shlex.quote(word)
+
+
+def outcome(run: Run, runner: Any) -> str:
+    if any(h.unreachable for h in run.hosts.values()):
+        return "unreachable"
+    if run.failures:
+        return "failed"
+    return "ok" if runner.rc == 0 else "error"
+
+
+def finish(run: Run, runner: Any, run_dir: Path, console: Console, **about: Any) -> int:
+    """Print what changed, write report.json and summary.md, and give the exit code."""
+    result = outcome(run, runner)
+    report = run.report(result=result, rc=runner.rc, run_dir=str(run_dir), **about)
+    if result == "error":  # Ansible itself stopped: show why (its last lines)
+        tail = Path(runner.stdout.name).read_text().strip().splitlines()[-15:] if runner.stdout else []
+        report["ansible_output"] = tail
+        console.print("\n".join(tail), style="red", markup=False, highlight=False)
+    (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (run_dir / "summary.md").write_text(markdown(report))
+    for note in run.notes:
+        console.print(f"{note['host']} ({note['stage']}): {note['message']}", markup=False, highlight=False)
+    console.print(view.per_stage(run))
+    if run.changes or run.failures:
+        console.print(view.changes(run))
+    total = sum(len(r) and sum(r.values()) for r in report["changed"].values())
+    console.print(f"{about.get('command')}: {result}, {total} changed task(s) in {report['seconds']} s; "
+                  f"report: {run_dir / 'report.json'}, {run_dir / 'summary.md'}")  # fmt: skip
+    return EXIT[result]
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [f"# ftfleet {report['command']}: {report['result']}", "",
+             f"{report['seconds']} s, exit {EXIT[report['result']]}; ansible-runner artifacts in "
+             f"`{report['run_dir']}/artifacts/ansible/`.", "", "## Changed tasks per host and stage", ""]  # fmt: skip
+    stages = list(dict.fromkeys(s for row in report["changed"].values() for s in row))
+    lines += ["| host | " + " | ".join(stages) + " |", "|---|" + "---|" * len(stages)]
+    lines += [f"| {h} | " + " | ".join(str(r.get(s, "-")) for s in stages) + " |" for h, r in report["changed"].items()]
+    for title, steps in (("Changes", report["changes"]), ("Failures", report["failures"])):
+        if steps:
+            lines += ["", f"## {title}", "", "| host | stage | role | task | seconds |", "|---|---|---|---|---|"]
+            for step in steps:
+                what = step["task"] + (f": {step['message']}" if step.get("message") else "")
+                lines.append(f"| {step['host']} | {step['stage']} | {step['role']} | {what} | {step['duration']} |")
+    return "\n".join(lines) + "\n"
+
+
+def status_table(run_dir: Path) -> tuple[Table, list[dict[str, Any]]]:
+    """The fleet_status_report facts the status play published, from the run's events."""
+    rows = []
+    for path in sorted((run_dir / "artifacts" / "ansible" / "job_events").glob("*.json")):
+        event = json.loads(path.read_text())
+        facts = ((event.get("event_data") or {}).get("res") or {}).get("ansible_facts") or {}
+        if event.get("event") == "runner_on_ok" and "fleet_status_report" in facts:
+            rows.append({"host": event["event_data"]["host"], **facts["fleet_status_report"]})
+    table = Table(title="Fleet status", title_justify="left")
+    for column in ("host", "model", "commit", "tp", "GPUs", "image", "unit", "health", "req/s", "latency ms"):
+        table.add_column(column)
+    for row in sorted(rows, key=lambda r: r["host"]):
+        table.add_row(row["host"], row.get("model", ""), (row.get("commit") or "")[:12], str(row.get("tp", "")),
+                      ",".join(map(str, row.get("gpus") or [])), row.get("image", ""),
+                      f"{row.get('unit', '')}/{row.get('enabled', '')}", row.get("health", ""),
+                      "-" if row.get("requests_per_second") is None else str(row["requests_per_second"]),
+                      "-" if row.get("latency_ms") is None else str(row["latency_ms"]))  # fmt: skip
+    return table, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    console = Console()
+    if args.command == "plan":
+        run, runner, run_dir = execute(args, "site.yml", cmdline(args, "--check", "--diff"), "ftfleet plan", console)
+        code = finish(run, runner, run_dir, console, command="plan")
+        if args.diffs:
+            for entry in run.diffs:
+                console.rule(f"{entry['host']} {entry['stage']}: {entry['task']}")
+                console.print(view.unified(entry), markup=False, highlight=False)
+        return code
+    if args.command == "apply":
+        run, runner, run_dir = execute(args, "site.yml", cmdline(args), "ftfleet apply", console)
+        return finish(run, runner, run_dir, console, command="apply")
+    words = cmdline(args, "-e", json.dumps({"fleet_status_interval": args.interval}))
+    run, runner, run_dir = execute(args, "playbooks/status.yml", words, "ftfleet status", console)
+    table, rows = status_table(run_dir)
+    console.print(table)
+    code = finish(run, runner, run_dir, console, command="status", status=rows)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""What a run did, from ansible-runner's event stream: per host and stage, the current task, the
+changed and failed tasks with their durations, and the progress of long steps.
+
+Pure bookkeeping over plain event dicts (the ones ansible-runner hands to an event_handler and
+writes under artifacts/<id>/job_events/), so that it is tested on recorded events."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def stage_of_play() -> dict[str, str]:
+    """Play name -> stage (the stage playbook's file stem), in site.yml's order."""
+    stages = {}
+    for entry in yaml.safe_load((ROOT / "site.yml").read_text()):
+        path = ROOT / entry["ansible.builtin.import_playbook"]
+        for play in yaml.safe_load(path.read_text()):
+            stages[play["name"]] = path.stem
+    return stages
+
+
+@dataclass
+class Step:
+    """One task on one host that changed something or failed."""
+
+    host: str
+    stage: str
+    role: str
+    task: str
+    duration: float
+    handler: bool = False
+    message: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if k not in ("handler", "message") or v}
+
+
+@dataclass
+class HostState:
+    stage: str = ""
+    task: str = ""
+    started: float = 0.0
+    progress: str = ""
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    unreachable: bool = False
+    done: bool = False
+    stages: list[str] = field(default_factory=list)  # the stages the host ran, in order
+
+
+def _last_line(res: Mapping[str, Any]) -> str:
+    """The most telling line of a polling task's result (an image build's log tail, a conversion's)."""
+    for key in ("stdout_lines", "stderr_lines"):
+        lines = [line for line in res.get(key) or [] if str(line).strip()]
+        if lines:
+            return str(lines[-1]).strip()
+    return str(res.get("msg") or "").strip().splitlines()[-1:][0] if res.get("msg") else ""
+
+
+def _message(res: Mapping[str, Any]) -> str:
+    text = str(res.get("msg") or res.get("stderr") or res.get("stdout") or "").strip()
+    return re.sub(r"\s+", " ", text)[:2000]
+
+
+@dataclass
+class Run:
+    """Feed it every event (run.handle is an ansible-runner event_handler); read the state."""
+
+    stages: dict[str, str] = field(default_factory=stage_of_play)
+    hosts: dict[str, HostState] = field(default_factory=dict)
+    changes: list[Step] = field(default_factory=list)
+    failures: list[Step] = field(default_factory=list)
+    diffs: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[dict[str, str]] = field(default_factory=list)  # what the roles say (debug messages)
+    stage: str = ""
+    in_handlers: bool = False
+    began: float = field(default_factory=time.monotonic)
+
+    def host(self, name: str) -> HostState:
+        return self.hosts.setdefault(name, HostState())
+
+    def handle(self, event: Mapping[str, Any]) -> bool:
+        kind, data = event.get("event", ""), event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self.stage = self.stages.get(data.get("play") or data.get("name") or "", data.get("play") or "")
+        elif kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
+            # Ansible starts a handler with is_conditional set (ansible-runner forwards it as a task start).
+            self.in_handlers = kind == "playbook_on_handler_task_start" or bool(data.get("is_conditional"))
+        elif kind == "runner_on_start":
+            state = self.host(data["host"])
+            state.stage, state.task, state.started, state.progress = (
+                self.stage,
+                data.get("task", ""),
+                time.monotonic(),
+                "",
+            )
+            if self.stage not in state.stages:
+                state.stages.append(self.stage)
+        elif kind in ("runner_retry", "runner_on_async_poll"):
+            res = data.get("res") or {}
+            retries = res.get("retries") or data.get("retries") or "?"
+            tries = f"try {res['attempts']}/{retries}" if res.get("attempts") else "polling"
+            line = _last_line(res)
+            self.host(data["host"]).progress = f"{tries}: {line}" if line else tries
+        elif kind.startswith("runner_on_") and data.get("host"):
+            self._result(kind, data)
+        elif kind == "playbook_on_stats":
+            for host in self.hosts.values():
+                host.done, host.task, host.progress = True, "", ""
+        return True
+
+    def _result(self, kind: str, data: Mapping[str, Any]) -> None:
+        state, res = self.host(data["host"]), data.get("res") or {}
+        step = Step(host=data["host"], stage=self.stage, role=data.get("role") or "", task=data.get("task") or "",
+                    duration=round(float(data.get("duration") or 0.0), 3),
+                    handler=self.in_handlers)  # fmt: skip
+        if kind == "runner_on_ok":
+            state.ok += 1
+            if res.get("changed"):
+                state.changed += 1
+                self.changes.append(step)
+            if res.get("diff"):
+                self.diffs.append({"host": step.host, "stage": step.stage, "task": step.task, "diff": res["diff"]})
+            if str(data.get("task_action", "")).endswith("debug") and res.get("msg"):
+                message = " ".join(str(res["msg"]).split())
+                self.notes.append({"host": step.host, "stage": step.stage, "message": message})
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            state.failed += 1
+            step.message = _message(res)
+            self.failures.append(step)
+        elif kind == "runner_on_unreachable":
+            state.unreachable = True
+            step.message = _message(res)
+            self.failures.append(step)
+        elif kind == "runner_on_skipped":
+            state.skipped += 1
+
+    def changed_per_stage(self) -> dict[str, dict[str, int]]:
+        """host -> stage -> number of changed tasks, with a 0 for every stage the host ran."""
+        counts = {name: dict.fromkeys(state.stages, 0) for name, state in sorted(self.hosts.items())}
+        for step in self.changes:
+            stages = counts.setdefault(step.host, {})
+            stages[step.stage] = stages.get(step.stage, 0) + 1
+        return counts
+
+    def report(self, **about: Any) -> dict[str, Any]:
+        return {
+            **about,
+            "seconds": round(time.monotonic() - self.began, 1),
+            "hosts": {
+                name: {
+                    "ok": s.ok,
+                    "changed": s.changed,
+                    "failed": s.failed,
+                    "skipped": s.skipped,
+                    "unreachable": s.unreachable,
+                }
+                for name, s in sorted(self.hosts.items())
+            },
+            "changed": self.changed_per_stage(),
+            "changes": [step.as_dict() for step in self.changes],
+            "failures": [step.as_dict() for step in self.failures],
+            "notes": self.notes,
+        }

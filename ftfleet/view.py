@@ -1,0 +1,79 @@
+"""The live view of a run (one row per host) and the tables printed at its end, with rich."""
+
+from __future__ import annotations
+
+import difflib
+import time
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from ftfleet.events import Run
+
+
+def _elapsed(seconds: float) -> str:
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
+
+
+def live(run: Run, title: str) -> Table:
+    """Each host: its stage, the task it runs now and for how long, a long step's own progress,
+    and its counts so far."""
+    table = Table(title=f"{title}  {_elapsed(time.monotonic() - run.began)}", title_justify="left", expand=True)
+    for column, style in (("host", "bold"), ("stage", "cyan"), ("task", ""), ("for", "dim"), ("progress", "magenta"),
+                          ("ok", "green"), ("changed", "yellow"), ("failed", "red")):  # fmt: skip
+        table.add_column(column, style=style, no_wrap=column != "progress", overflow="ellipsis")
+    for name, state in sorted(run.hosts.items()):
+        if state.unreachable or state.failed:
+            status = Text("unreachable" if state.unreachable else "failed", style="bold red")
+        elif state.done:
+            status = Text("done", style="bold green")
+        else:
+            status = Text(state.task)
+        took = "" if state.done else _elapsed(time.monotonic() - state.started)
+        table.add_row(name, state.stage, status, took, state.progress, str(state.ok), str(state.changed),
+                      str(state.failed))  # fmt: skip
+    return table
+
+
+def changes(run: Run) -> Table:
+    """The changed (and failed) tasks per host and stage, with their durations."""
+    table = Table(title="What changed", title_justify="left")
+    for column in ("host", "stage", "role", "task", "seconds"):
+        table.add_column(column, justify="right" if column == "seconds" else "left")
+    order = list(dict.fromkeys(run.stages.values()))
+    for step in sorted(
+        run.changes + run.failures, key=lambda s: (s.host, order.index(s.stage) if s.stage in order else 99)
+    ):
+        task = Text(("handler: " if step.handler else "") + step.task)
+        if step.message:
+            task = Text(f"FAILED {step.task}: {step.message[:300]}", style="red")
+        table.add_row(step.host, step.stage, step.role, task, f"{step.duration:.1f}")
+    return table
+
+
+def per_stage(run: Run) -> Table:
+    """host x stage: how many tasks changed (0 where a stage ran and changed nothing)."""
+    counts = run.changed_per_stage()
+    stages = [s for s in dict.fromkeys(run.stages.values()) if any(s in c for c in counts.values())]
+    table = Table(title="Changed tasks per stage", title_justify="left")
+    table.add_column("host")
+    for stage in stages:
+        table.add_column(stage, justify="right")
+    for host, row in counts.items():
+        table.add_row(host, *[str(row[s]) if s in row else "-" for s in stages])
+    return table
+
+
+def unified(entry: dict[str, Any]) -> str:
+    """One task's --diff result as a unified diff (Ansible's before/after or its prepared text)."""
+    parts = entry["diff"] if isinstance(entry["diff"], list) else [entry["diff"]]
+    out = []
+    for part in parts:
+        if part.get("prepared"):
+            out.append(str(part["prepared"]))
+            continue
+        before, after = str(part.get("before", "")), str(part.get("after", ""))
+        headers = part.get("before_header", "before"), part.get("after_header", "after")
+        out.extend(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), *headers))
+    return "".join(out)

@@ -1,0 +1,129 @@
+"""ftfleet: what a run changed, counted from ansible-runner's events (never from its text), the
+report it writes, its exit codes. The lab's end-to-end use (make lab runs `ftfleet apply`; a
+max_batch_size change on one host) is in test_fresh_machine.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ansible_runner
+from conftest import BIN, ROOT
+
+from ftfleet.events import Run, stage_of_play
+
+PLAY = """
+- name: Demo stage
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Change something
+      ansible.builtin.command: "true"
+      changed_when: inventory_hostname == 'h1'
+      notify: Restart it
+    - name: Say something
+      ansible.builtin.debug:
+        msg: "hello from {{ inventory_hostname }}"
+    - name: Poll a long step
+      ansible.builtin.shell: |
+        echo "built step $(wc -l < {{ tmp }}/{{ inventory_hostname }})"
+        echo x >> {{ tmp }}/{{ inventory_hostname }}
+        test $(wc -l < {{ tmp }}/{{ inventory_hostname }}) -ge 3
+      register: poll
+      until: poll.rc == 0
+      retries: 5
+      delay: 0
+      changed_when: false
+    - name: Break on h2
+      ansible.builtin.fail:
+        msg: broken on purpose
+      when: inventory_hostname == 'h2'
+  handlers:
+    - name: Restart it
+      ansible.builtin.debug:
+        msg: restarted
+      changed_when: true
+"""
+
+
+def test_stages_come_from_site_yml():
+    assert list(dict.fromkeys(stage_of_play().values())) == ["preflight", "gpu_hosts", "images", "models", "serve"]
+
+
+def test_a_run_is_counted_from_its_events(tmp_path):
+    (tmp_path / "play.yml").write_text(PLAY.replace("{{ tmp }}", str(tmp_path)))
+    for host in ("h1", "h2"):
+        (tmp_path / host).write_text("")
+    inventory = "\n".join(f"{h} ansible_connection=local ansible_python_interpreter={sys.executable}"
+                          for h in ("h1", "h2"))  # fmt: skip
+    run, seen = Run(), []
+
+    def handle(event):
+        handled = run.handle(event)
+        if event["event"] == "runner_retry":
+            seen.append((event["event_data"]["host"], run.host(event["event_data"]["host"]).progress))
+        return handled
+
+    (tmp_path / "private").mkdir()
+    env = {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = ansible_runner.run(private_data_dir=str(tmp_path / "private"), project_dir=str(tmp_path),
+                              playbook="play.yml", inventory=inventory, quiet=True, event_handler=handle,
+                              envvars=env)  # fmt: skip
+    assert done.rc == 2  # h2 failed
+    assert run.changed_per_stage() == {"h1": {"Demo stage": 2}, "h2": {"Demo stage": 0}}
+    assert [(s.host, s.task, s.handler) for s in run.changes] == [("h1", "Change something", False),
+                                                                  ("h1", "Restart it", True)]  # fmt: skip
+    assert [(s.host, s.task, s.message) for s in run.failures] == [("h2", "Break on h2", "broken on purpose")]
+    assert {"host": "h1", "stage": "Demo stage", "message": "hello from h1"} in run.notes
+    # A long step shows its own progress: the try and the last line it printed, not a retry line.
+    assert ("h1", "try 1/6: built step 0") in seen  # Ansible counts the first try too: 5 retries, 6 tries
+    assert ("h1", "try 2/6: built step 1") in seen
+    report = run.report(command="test")
+    assert report["hosts"]["h2"]["failed"] == 1
+    assert report["changes"][1] == {"host": "h1", "stage": "Demo stage", "role": "", "task": "Restart it",
+                                    "duration": report["changes"][1]["duration"], "handler": True}  # fmt: skip
+
+
+def ftfleet(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "200"}
+    return subprocess.run([str(BIN / "ftfleet"), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+
+
+def test_help_and_usage_errors():
+    done = ftfleet("--help")
+    assert done.returncode == 0
+    for word in ("plan", "apply", "status", "Exit codes", "runs/"):
+        assert word in done.stdout
+    assert ftfleet("apply", "--no-such-option").returncode == 64
+    assert ftfleet().returncode == 64
+
+
+def test_a_failed_preflight_gives_exit_2_and_a_report(tmp_path):
+    """ftfleet plan on a host with a bad input: preflight stops it, the report says where and why."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": {"node1": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
+        "gpu_facts_fact_path": str(tmp_path / "facts"), "fleet_require_gpus": False,
+        "fleet_model": {}, "fleet_gpu_devices": [0, 0]}}}}}}))  # fmt: skip
+    done = ftfleet("plan", "-i", str(inventory), "--runs-dir", str(tmp_path / "runs"))
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    [run_dir] = (tmp_path / "runs").iterdir()
+    assert run_dir.name.endswith("-plan")
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["result"] == "failed"
+    [failure] = report["failures"]
+    assert failure["host"] == "node1"
+    assert failure["stage"] == "preflight"
+    assert "fleet_gpu_devices=[0, 0]: index 0 is listed twice" in failure["message"]
+    # On a new host the plan would install only the gpus fact (preflight reads it, in check mode too).
+    assert report["changed"] == {"node1": {"preflight": 3}}
+    assert {step["role"] for step in report["changes"]} == {"gpu_facts"}
+    assert (run_dir / "artifacts" / "ansible" / "job_events").is_dir()
+    summary = (run_dir / "summary.md").read_text()
+    assert "# ftfleet plan: failed" in summary
+    assert "| node1 | preflight |" in summary
+    assert "plan: failed, 3 changed task(s)" in " ".join(done.stdout.split())
