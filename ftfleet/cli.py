@@ -170,7 +170,7 @@ def status_table(run_dir: Path) -> tuple[Table, list[dict[str, Any]]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    console = Console()
+    console = Console(soft_wrap=True)  # lines as they are: notes and diffs stay greppable in logs
     if args.command == "plan":
         run, runner, run_dir = execute(args, "site.yml", cmdline(args, "--check", "--diff"), "ftfleet plan", console)
         code = finish(run, runner, run_dir, console, command="plan")

@@ -162,7 +162,18 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     assert completion(out) == served
     assert took < 120, f"the second make lab took {took:.0f} s"
 
-    # One host's max_batch_size changes: exactly its config.pbtxt, its unit and one restart.
+    one_hosts_batch_size_changes_exactly_its_config_unit_and_restart(stages)
+    status_shows_both_hosts_serving()
+    plan_previews_a_gpu_change_without_changing_it()
+
+    down, _ = inside("make lab-down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    left, _ = inside("docker ps -aq --filter label=ftfleet.lab=true; test ! -e " + SOURCES + " || echo " + SOURCES)
+    assert left.returncode == 0
+    assert not left.stdout.strip(), f"make lab-down left: {left.stdout}"
+
+
+def one_hosts_batch_size_changes_exactly_its_config_unit_and_restart(stages: list[str]) -> None:
     batch = '{"triton_model_repo_max_batch_size": "{{ 64 if inventory_hostname == \'lab-node1\' else 128 }}"}'
     done, _ = ftfleet("apply", "-e", batch)
     assert done.returncode == 0, done.stdout[-6000:]
@@ -175,7 +186,8 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
         ("triton_server", "Restart tritonserver", True),
     ], changed["changes"]
 
-    # ftfleet status: both hosts serve, with their model, tp and GPUs, and Triton's metrics read.
+
+def status_shows_both_hosts_serving() -> None:
     done, _ = ftfleet("status", "--interval", "1")
     assert done.returncode == 0, done.stdout[-4000:]
     rows = {row["host"]: row for row in report("status")["status"]}
@@ -187,7 +199,9 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
         assert row["image"], row
         assert row["requests_per_second"] is not None, row  # the metrics endpoint answered
 
-    # Check mode previews a GPU change on one host, changes nothing, and the gate still runs.
+
+def plan_previews_a_gpu_change_without_changing_it() -> None:
+    """Check mode previews a GPU change on one host, changes nothing, and the gate still runs."""
     preview, _ = ftfleet("plan", "--diffs", "--limit", "lab-node1", "-e", '{"fleet_gpu_devices": [0, 1]}')
     out = preview.stdout + preview.stderr
     assert preview.returncode == 0, out[-6000:]
@@ -203,9 +217,3 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     served_config = "/srv/ftfleet/models/tiny-gpt2/fastertransformer/config.pbtxt"
     still, _ = inside(f"docker exec lab-node1 grep -c '/fastertransformer/1/1-gpu\"' {served_config}")
     assert still.stdout.strip() == "1", "check mode changed the served config.pbtxt"
-
-    down, _ = inside("make lab-down")
-    assert down.returncode == 0, down.stdout + down.stderr
-    left, _ = inside("docker ps -aq --filter label=ftfleet.lab=true; test ! -e " + SOURCES + " || echo " + SOURCES)
-    assert left.returncode == 0
-    assert not left.stdout.strip(), f"make lab-down left: {left.stdout}"
