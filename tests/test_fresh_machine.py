@@ -95,10 +95,10 @@ def reference(tmp_path: Path) -> str:
     return tokenizer.decode(out)
 
 
-def assert_words(text: str, readme: str) -> None:
-    """Readable text: printable ASCII, and most of its words are words of the README it learned from."""
+def assert_words(text: str, corpus: str) -> None:
+    """Readable text: printable ASCII, and most of its words are words of the text it learned from."""
     assert all(c in string.printable for c in text), f"not printable text: {text!r}"
-    vocabulary = set(re.findall(r"[A-Za-z]+", readme))
+    vocabulary = set(re.findall(r"[A-Za-z]+", corpus))
     words = re.findall(r"[A-Za-z]+", text)
     known = [w for w in words if w in vocabulary]
     assert len(words) >= 4, f"too few words: {text!r}"
@@ -122,15 +122,16 @@ def fresh(tmp_path_factory):
         head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()  # fmt: skip
         print(f"fresh machine {FRESH}: clean clone of {head} in {PROJECT}")
-        yield subprocess.run(["git", "-C", str(clone), "show", "HEAD:README.md"], capture_output=True, text=True,
-                             check=True).stdout  # fmt: skip
+        # What the lab's model learned from (scripts/make-tiny-model --train-steps).
+        yield subprocess.run(["git", "-C", str(clone), "show", "HEAD:lab/corpus.md"], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
     finally:
         removed = run_playbook("molecule/resources/destroy.yml", "-e", platforms)
         assert removed.returncode == 0, removed.stdout[-3000:]
 
 
 def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_nothing(fresh, tmp_path):
-    readme = fresh
+    corpus = fresh
     first, took = inside("make lab", timeout=2400)
     out = first.stdout + first.stderr
     print(f"first make lab on the fresh machine: {took:.0f} s")
@@ -150,7 +151,7 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     print(f"make lab printed: {served!r}")
     assert served == reference(tmp_path), out[-3000:]
     assert served.startswith(PROMPT)
-    assert_words(served[len(PROMPT) :], readme)
+    assert_words(served[len(PROMPT) :], corpus)
 
     second, took = inside("make lab", timeout=900)
     out = second.stdout + second.stderr
