@@ -113,6 +113,11 @@ class Run:
             tries = f"try {res['attempts']}/{retries}" if res.get("attempts") else "polling"
             line = _last_line(res)
             self.host(data["host"]).progress = f"{tries}: {line}" if line else tries
+        elif kind == "runner_item_on_ok":  # a loop's item: its own diff (the task's result holds none)
+            res = data.get("res") or {}
+            if res.get("diff"):
+                self.diffs.append({"host": data.get("host"), "stage": self.stage, "task": data.get("task") or "",
+                                   "diff": res["diff"]})  # fmt: skip
         elif kind.startswith("runner_on_") and data.get("host"):
             self._result(kind, data)
         elif kind == "playbook_on_stats":

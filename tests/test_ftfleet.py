@@ -13,6 +13,7 @@ from pathlib import Path
 import ansible_runner
 from conftest import BIN, ROOT
 
+from ftfleet import view
 from ftfleet.events import Run, stage_of_play
 
 PLAY = """
@@ -127,3 +128,32 @@ def test_a_failed_preflight_gives_exit_2_and_a_report(tmp_path):
     assert "# ftfleet plan: failed" in summary
     assert "| node1 | preflight |" in summary
     assert "plan: failed, 3 changed task(s)" in " ".join(done.stdout.split())
+
+
+def test_a_loops_diffs_are_kept_per_item(tmp_path):
+    """--diff on a task with a loop: each item's diff comes in its own event."""
+    (tmp_path / "play.yml").write_text(f"""
+- name: Demo stage
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Write two files
+      ansible.builtin.copy:
+        content: "{{{{ item }}}} v2\\n"
+        dest: "{tmp_path}/{{{{ item }}}}.txt"
+        mode: "0644"
+      loop: [a, b]
+""")
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.txt").write_text(f"{name} v1\n")
+    (tmp_path / "private").mkdir()
+    run = Run()
+    done = ansible_runner.run(private_data_dir=str(tmp_path / "private"), project_dir=str(tmp_path),
+                              playbook="play.yml", inventory=f"h1 ansible_connection=local "
+                              f"ansible_python_interpreter={sys.executable}", quiet=True, event_handler=run.handle,
+                              cmdline="--diff", envvars={"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})  # fmt: skip
+    assert done.rc == 0
+    assert [c.task for c in run.changes] == ["Write two files"]
+    shown = [view.unified(entry) for entry in run.diffs]
+    assert any("-a v1" in d and "+a v2" in d for d in shown), shown
+    assert any("-b v1" in d and "+b v2" in d for d in shown), shown
