@@ -68,6 +68,15 @@ def _last_line(res: Mapping[str, Any]) -> str:
     return str(res.get("msg") or "").strip().splitlines()[-1:][0] if res.get("msg") else ""
 
 
+def _says_something(data: Mapping[str, Any], res: Mapping[str, Any]) -> bool:
+    """A debug message, or an assert's own success_msg (the gate's "host answers ..."), not Ansible's default."""
+    action = str(data.get("task_action", "")).rsplit(".", 1)[-1]
+    message = str(res.get("msg") or "")
+    if action == "debug":
+        return bool(message)
+    return action == "assert" and bool(message) and message != "All assertions passed"
+
+
 def _message(res: Mapping[str, Any]) -> str:
     text = str(res.get("msg") or res.get("stderr") or res.get("stdout") or "").strip()
     return re.sub(r"\s+", " ", text)[:2000]
@@ -82,7 +91,7 @@ class Run:
     changes: list[Step] = field(default_factory=list)
     failures: list[Step] = field(default_factory=list)
     diffs: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[dict[str, str]] = field(default_factory=list)  # what the roles say (debug messages)
+    notes: list[dict[str, str]] = field(default_factory=list)  # what the roles say (debug messages, asserts' success_msg)
     stage: str = ""
     in_handlers: bool = False
     began: float = field(default_factory=time.monotonic)
@@ -137,7 +146,7 @@ class Run:
                 self.changes.append(step)
             if res.get("diff"):
                 self.diffs.append({"host": step.host, "stage": step.stage, "task": step.task, "diff": res["diff"]})
-            if str(data.get("task_action", "")).endswith("debug") and res.get("msg"):
+            if _says_something(data, res):
                 message = " ".join(str(res["msg"]).split())
                 self.notes.append({"host": step.host, "stage": step.stage, "message": message})
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):

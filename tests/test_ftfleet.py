@@ -28,6 +28,13 @@ PLAY = """
     - name: Say something
       ansible.builtin.debug:
         msg: "hello from {{ inventory_hostname }}"
+    - name: Check something
+      ansible.builtin.assert:
+        that: inventory_hostname != 'h3'
+        success_msg: "{{ inventory_hostname }} passes"
+    - name: Check quietly
+      ansible.builtin.assert:
+        that: true
     - name: Poll a long step
       ansible.builtin.shell: |
         echo "built step $(wc -l < {{ tmp }}/{{ inventory_hostname }})"
@@ -79,6 +86,9 @@ def test_a_run_is_counted_from_its_events(tmp_path):
                                                                   ("h1", "Restart it", True)]  # fmt: skip
     assert [(s.host, s.task, s.message) for s in run.failures] == [("h2", "Break on h2", "broken on purpose")]
     assert {"host": "h1", "stage": "Demo stage", "message": "hello from h1"} in run.notes
+    # An assert's own success_msg is a note (the gate's "lab-node1 answers ..."); Ansible's default is not.
+    assert {"host": "h2", "stage": "Demo stage", "message": "h2 passes"} in run.notes
+    assert not [n for n in run.notes if "All assertions passed" in n["message"]]
     # A long step shows its own progress: the try and the last line it printed, not a retry line.
     assert ("h1", "try 1/6: built step 0") in seen  # Ansible counts the first try too: 5 retries, 6 tries
     assert ("h1", "try 2/6: built step 1") in seen
