@@ -17,6 +17,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,23 +194,41 @@ class Model:
         temperature: float = 1.0,
         seed: int = 0,
         end_id: int | None = None,
+        stop: list[list[int]] | None = None,
     ) -> list[int]:
         """New tokens after `ids`: greedy when top_k is 1 and top_p 0, else sampled with `seed`.
-        Stops after end_id (included), like the FT backend."""
+        Stops after end_id or a stop sequence (both included), like the FT backend."""
+        return list(self.stream(ids, max_new_tokens, top_k=top_k, top_p=top_p, temperature=temperature,
+                                seed=seed, end_id=end_id, stop=stop))  # fmt: skip
+
+    def stream(
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        *,
+        top_k: int = 1,
+        top_p: float = 0.0,
+        temperature: float = 1.0,
+        seed: int = 0,
+        end_id: int | None = None,
+        stop: list[list[int]] | None = None,
+    ) -> Iterator[int]:
+        """generate()'s tokens one at a time, as they are decoded."""
         rng = np.random.default_rng(seed)
-        out: list[int] = []
         sequence = list(ids)
-        for _ in range(max_new_tokens):
+        stops = [s for s in (stop or []) if s]
+        for new in range(1, max_new_tokens + 1):
             logits = self.logits(sequence).astype(np.float64)
             if top_k == 1 and top_p <= 0.0:
                 token = int(np.argmax(logits))
             else:
                 token = int(_sample(logits / max(temperature, 1e-6), top_k, top_p, rng))
-            out.append(token)
             sequence.append(token)
+            yield token
             if end_id is not None and token == end_id:
-                break
-        return out
+                return
+            if any(new >= len(s) and sequence[-len(s) :] == s for s in stops):
+                return
 
 
 def _sample(logits: np.ndarray, top_k: int, top_p: float, rng: np.random.Generator) -> int:

@@ -5,20 +5,14 @@ place of the FT backend library, which cannot be built here."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
-import os
-import shutil
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_playbook
+from tritonlocal import tiny_model, tritonserver
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -107,43 +101,6 @@ def test_int8_with_fp32_is_refused(playbook, tmp_path):
     assert "with fleet_model.data_type=fp32: int8 needs fp16 or bf16" in out
 
 
-def _server_errors(log: Path) -> str:
-    """What tritonserver said went wrong (error lines, models not loaded), then its last lines."""
-    lines = log.read_text().splitlines()
-    errors = [line for line in lines if line.startswith("E") or "UNAVAILABLE" in line or "Traceback" in line]
-    return "\n".join([*errors[-20:], "...", *lines[-15:]])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _make_tiny_model():
-    """scripts/make-tiny-model as a module: its configuration of each family."""
-    loader = importlib.machinery.SourceFileLoader("make_tiny_model", str(ROOT / "scripts" / "make-tiny-model"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-def tiny_model(family: str, checkpoint: Path):
-    """A tokenizer trained on local text and a tiny random model of the family of its vocabulary."""
-    texts = [(ROOT / name).read_text() for name in ("README.md", "docs/filters.md", "docs/images.md")]
-    bpe = tokenizers.ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts, vocab_size=400, min_frequency=2, special_tokens=["<|endoftext|>"])
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>",
-                                                     bos_token="<|endoftext|>")  # fmt: skip
-    tokenizer.save_pretrained(checkpoint)
-    torch.manual_seed(0)
-    config = _make_tiny_model().config_for(family, transformers, len(tokenizer), tokenizer.eos_token_id, (2, 4))
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    model.save_pretrained(checkpoint)
-    return tokenizer, model
-
-
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(playbook, tmp_path, family):
     """The repository as the role writes it, config.pbtxt unchanged but for one parameter
@@ -163,35 +120,7 @@ def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(p
         ft_config.read_text() + f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
     )
 
-    server = Path(pytriton.__file__).parent / "tritonserver"
-    backends = tmp_path / "backends"
-    shutil.copytree(server / "backends", backends)
-    py = f"{sys.version_info.major}.{sys.version_info.minor}"
-    shutil.copy(server / "python_backend_stubs" / py / "triton_python_backend_stub", backends / "python")
-    (backends / "fastertransformer").mkdir()
-    shutil.copy(ROOT / "ftnative" / "triton_model.py", backends / "fastertransformer" / "model.py")
-    http, grpc, metrics = _free_port(), _free_port(), _free_port()
-    # The stub embeds the system libpython and takes its prefix from the python3 on PATH: keep
-    # the system one first, not a virtualenv (whose stdlib may come from another 3.11 build).
-    env = {**os.environ, "PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs")}
-    log = (tmp_path / "tritonserver.log").open("w")
-    proc = subprocess.Popen(
-        [str(server / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={backends}",
-         "--http-address=127.0.0.1", f"--http-port={http}", "--grpc-address=127.0.0.1", f"--grpc-port={grpc}",
-         f"--metrics-port={metrics}", "--allow-metrics=false"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2).status == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None, _server_errors(tmp_path / "tritonserver.log")
-            assert time.monotonic() < deadline, _server_errors(tmp_path / "tritonserver.log")
-            time.sleep(1)
+    with tritonserver(repo, tmp_path) as server:
         prompt = "Ansible automation that takes bare GPU hosts"
         body = {"inputs": [
             {"name": "INPUT_0", "shape": [1, 1], "datatype": "BYTES", "data": [prompt]},
@@ -199,13 +128,9 @@ def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(p
             {"name": "INPUT_2", "shape": [1, 1], "datatype": "BYTES", "data": [""]},
             {"name": "INPUT_3", "shape": [1, 1], "datatype": "BYTES", "data": [""]},
         ]}  # fmt: skip
-        request = urllib.request.Request(f"http://127.0.0.1:{http}/v2/models/ensemble/infer",
+        request = urllib.request.Request(f"http://127.0.0.1:{server.http}/v2/models/ensemble/infer",
                                          data=json.dumps(body).encode(), method="POST")  # fmt: skip
         answer = json.loads(urllib.request.urlopen(request, timeout=60).read())
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
     text = answer["outputs"][0]["data"][0]
     ids = tokenizer.encode(prompt)
     model.generation_config.eos_token_id = tokenizer.eos_token_id

@@ -1,0 +1,375 @@
+"""The HTTP API: OpenAI's /v1/completions and /v1/models, a simpler /generate, /healthz, /metrics."""
+
+import json
+import secrets
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from tritonclient.utils import InferenceServerException
+
+from .config import Key, Keys, Settings
+from .triton import Sampling, SamplingError, Tokens, Triton, sampling
+
+Number = StrictInt | StrictFloat
+BUFFERED = ("buffered: the fastertransformer model is not decoupled (triton_model_repo_decoupled: false), "
+            "so the whole answer comes in one chunk")  # fmt: skip
+
+
+class ApiError(Exception):
+    """An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None):  # fmt: skip
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
+        self.headers = headers or {}
+
+    def response(self) -> JSONResponse:
+        body = {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+class GenerateRequest(BaseModel):
+    """The tutorial's simple form: a prompt and the sampling parameters, text back."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: StrictStr
+    max_tokens: StrictInt = Field(16, ge=1)
+    temperature: Number = Field(0, ge=0, le=2)
+    top_k: StrictInt = Field(0, ge=0)
+    top_p: Number = Field(1.0, ge=0, le=1)
+    stop: StrictStr | list[StrictStr] | None = None
+    seed: StrictInt | None = Field(None, ge=0)
+
+
+class CompletionRequest(GenerateRequest):
+    """OpenAI's completions request. Every parameter is either honoured or refused with a 400."""
+
+    model: StrictStr
+    prompt: StrictStr | Annotated[list[StrictStr], Field(min_length=1, max_length=1)]
+    temperature: Number = Field(1.0, ge=0, le=2)
+    stream: StrictBool = False
+    stream_options: dict[str, StrictBool] | None = None
+    n: StrictInt = 1
+    best_of: StrictInt | None = None
+    logprobs: StrictInt | None = None
+    echo: StrictBool = False
+    suffix: StrictStr | None = None
+    presence_penalty: Number = 0
+    frequency_penalty: Number = 0
+    logit_bias: dict[str, Number] | None = None
+    user: StrictStr | None = None  # the caller's end user: logged nowhere, accepted as OpenAI does
+
+
+UNSUPPORTED = {  # parameter -> (is it set to something the model cannot do?, why)
+    "n": (lambda r: r.n != 1, "n must be 1: the gateway returns one choice per request"),
+    "best_of": (lambda r: r.best_of not in (None, 1), "best_of is not supported (one sequence per request)"),
+    "logprobs": (lambda r: r.logprobs is not None, "logprobs are not returned by this gateway"),
+    "echo": (lambda r: r.echo, "echo is not supported"),
+    "suffix": (lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
+    "presence_penalty": (lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
+    "frequency_penalty": (lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
+    "logit_bias": (lambda r: bool(r.logit_bias), "logit_bias is not supported by the FT model"),
+}
+
+
+@dataclass
+class Result:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("ftgateway_requests", "Requests answered, by route and HTTP status",
+                                ["route", "status"], registry=self.registry)  # fmt: skip
+        self.latency = Histogram("ftgateway_request_seconds", "Time to the last byte of the answer, by route",
+                                 ["route"], registry=self.registry,
+                                 buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))  # fmt: skip
+        self.first_token = Histogram("ftgateway_time_to_first_token_seconds", "Time to the first streamed text",
+                                     registry=self.registry,
+                                     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))  # fmt: skip
+        self.tokens = Counter("ftgateway_tokens", "Tokens in prompts (in) and completions (out)", ["direction"],
+                              registry=self.registry)  # fmt: skip
+        self.errors = Counter("ftgateway_errors", "Error answers, by HTTP status and error type",
+                              ["status", "type"], registry=self.registry)  # fmt: skip
+
+
+class RateLimiter:
+    """At most `rate` requests per key in any 60 seconds (per gateway process)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, deque[float]] = defaultdict(deque)
+
+    def check(self, key: Key) -> None:
+        now, window = time.monotonic(), self.seen[key.sha256]
+        while window and now - window[0] >= 60:
+            window.popleft()
+        if len(window) >= key.rate_per_minute:
+            retry = max(1, int(60 - (now - window[0])) + 1)
+            raise ApiError(429, f"rate limit of {key.rate_per_minute} requests per minute reached for key "
+                           f"{key.name!r}", kind="rate_limit_error", code="rate_limit_exceeded",
+                           headers={"Retry-After": str(retry)})  # fmt: skip
+        window.append(now)
+
+
+def _stop_list(stop: str | list[str] | None) -> list[str]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > 4:
+        raise ApiError(400, "stop takes at most 4 sequences", param="stop")
+    for s in stops:
+        if not s:
+            raise ApiError(400, "stop sequences must not be empty", param="stop")
+        if "," in s:
+            # The model repository's preprocessing takes stop words as comma-separated text.
+            raise ApiError(400, f"stop sequence {s!r} holds a comma, which the model's preprocessing cannot "
+                           "express (it splits stop words on commas)", param="stop")  # fmt: skip
+    return stops
+
+
+def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
+    cuts = [text.find(s) for s in stops if s in text]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+class Gateway:
+    """The state behind the routes: settings, keys, rate limits, metrics and the Triton client."""
+
+    def __init__(self, settings: Settings, backend: Triton) -> None:
+        self.settings, self.backend = settings, backend
+        self.keys = Keys(settings.keys_file, settings.default_rate_per_minute) if settings.keys_file else None
+        self.metrics, self.limiter, self.started = Metrics(), RateLimiter(), int(time.time())
+
+    def fail(self, err: ApiError, route: str) -> JSONResponse:
+        self.metrics.errors.labels(str(err.status), err.kind).inc()
+        self.metrics.requests.labels(route, str(err.status)).inc()
+        return err.response()
+
+    async def caller(self, request: Request) -> Key | None:
+        if self.keys is None:
+            return None
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, "no API key: send 'Authorization: Bearer <key>'", kind="authentication_error",
+                           code="missing_api_key")  # fmt: skip
+        key = self.keys.find(token.strip())
+        if key is None:
+            raise ApiError(401, "the API key is not valid", kind="authentication_error", code="invalid_api_key")
+        self.limiter.check(key)
+        return key
+
+    def check(self, body: GenerateRequest) -> tuple[Sampling, list[str], str]:
+        """A request's sampling, stop sequences and prompt, or the 400 that says what is wrong."""
+        if isinstance(body, CompletionRequest):
+            if body.model != self.settings.model:
+                raise ApiError(404, f"the model {body.model!r} does not exist here; this gateway serves "
+                               f"{self.settings.model!r} (GET /v1/models)", param="model",
+                               code="model_not_found")  # fmt: skip
+            for param, (is_set, why) in UNSUPPORTED.items():
+                if is_set(body):
+                    raise ApiError(400, why, param=param, code="unsupported_parameter")
+        if body.max_tokens > self.settings.max_tokens_limit:
+            raise ApiError(400, f"max_tokens {body.max_tokens} is over this gateway's limit of "
+                           f"{self.settings.max_tokens_limit}", param="max_tokens")  # fmt: skip
+        try:
+            params = sampling(float(body.temperature), body.top_k, float(body.top_p), body.seed,
+                              fallback_seed=secrets.randbits(63))  # fmt: skip
+        except SamplingError as err:
+            raise ApiError(400, str(err), param=err.param) from err
+        prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+        if not prompt:
+            raise ApiError(400, "the prompt is empty", param="prompt")
+        return params, _stop_list(body.stop), prompt
+
+    async def run(self, body: GenerateRequest) -> AsyncIterator[tuple[str, Result | None]]:
+        """Text deltas as the model produces them; the last item carries the Result."""
+        params, stops, prompt = self.check(body)
+        try:
+            tokens = await self.backend.tokenize(prompt, stops, body.max_tokens)
+            if tokens.count + body.max_tokens > self.settings.context_length:
+                raise ApiError(400, f"the prompt has {tokens.count} tokens and max_tokens is {body.max_tokens}: "
+                               f"together over the model's context of {self.settings.context_length} tokens",
+                               param="prompt", code="context_length_exceeded")  # fmt: skip
+            self.metrics.tokens.labels("in").inc(tokens.count)
+            sent, text, length, stopped = 0, "", tokens.count, False
+            hold = max((len(s) for s in stops), default=1) - 1
+            async for step in self.backend.generate(tokens, body.max_tokens, params):
+                length = step.sequence_length
+                text, stopped = _cut_at_stop(await self._completion_text(tokens, step), stops)
+                # Send what can no longer change: not a partial UTF-8 character, not a possible stop's start.
+                safe = len(text) if stopped else max(sent, len(text.rstrip("\ufffd")) - hold)
+                if safe > sent:
+                    yield text[sent:safe], None
+                    sent = safe
+                if stopped:
+                    break
+        except InferenceServerException as err:
+            raise ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error") from err
+        except (TimeoutError, OSError) as err:
+            raise ApiError(503, f"tritonserver unreachable: {err}", kind="server_error", code="upstream_down") from err
+        completion = length - tokens.count
+        self.metrics.tokens.labels("out").inc(completion)
+        if len(text) > sent:
+            yield text[sent:], None
+        finish = "stop" if stopped or completion < body.max_tokens else "length"
+        yield "", Result(text=text, prompt_tokens=tokens.count, completion_tokens=completion, finish_reason=finish)
+
+    async def _completion_text(self, tokens: Tokens, step) -> str:
+        """The new text: the whole sequence decoded less the prompt's text (decoding the new ids
+        alone would drop a SentencePiece tokenizer's leading space)."""
+        full = await self.backend.detokenize(step.output_ids, step.sequence_length)
+        if full.startswith(tokens.text):
+            return full[len(tokens.text) :]
+        return await self.backend.detokenize(step.output_ids[:, :, tokens.count :], step.sequence_length - tokens.count)
+
+    async def result(self, body: GenerateRequest) -> Result:
+        result = None
+        async for _delta, last in self.run(body):
+            result = last
+        assert result is not None  # run() ends with its Result
+        return result
+
+    def stream(self, body: CompletionRequest, first: tuple[str, Result | None], rest, decoupled: bool, began: float):
+        """Server-sent events in OpenAI's chunk shape; usage in the last chunk; then [DONE]."""
+        ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        extra = {} if decoupled else {"ftfleet_streaming": BUFFERED}
+
+        async def events():
+            status, item, seen_text = "200", first, False
+            try:
+                while True:
+                    delta, result = item
+                    if delta:
+                        if not seen_text:
+                            self.metrics.first_token.observe(time.monotonic() - began)
+                            seen_text = True
+                        yield _event(completion_chunk(ident, created, self.settings.model, delta, None, **extra))
+                    if result is not None:
+                        yield _event(completion_chunk(ident, created, self.settings.model, "", result.finish_reason,
+                                                      usage=usage(result)))  # fmt: skip
+                        break
+                    item = await anext(rest)
+            except ApiError as err:  # after the first chunk: an error event in OpenAI's shape
+                status = str(err.status)
+                self.metrics.errors.labels(status, err.kind).inc()
+                yield _event({"error": {"message": err.message, "type": err.kind, "code": err.code}})
+            yield "data: [DONE]\n\n"
+            self.metrics.requests.labels("/v1/completions", status).inc()
+            self.metrics.latency.labels("/v1/completions").observe(time.monotonic() - began)
+
+        headers = {"Cache-Control": "no-cache", "X-FTFleet-Streaming": "tokens" if decoupled else "buffered"}
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
+def _event(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data)}\n\n"
+
+
+def usage(result: Result) -> dict[str, int]:
+    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+            "total_tokens": result.prompt_tokens + result.completion_tokens}  # fmt: skip
+
+
+def completion_chunk(ident: str, created: int, model: str, text: str, finish: str | None, **extra: Any):
+    choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+    return {"id": ident, "object": "text_completion", "created": created, "model": model, "choices": [choice], **extra}
+
+
+def _validation_error(err: RequestValidationError) -> ApiError:
+    errors = list(err.errors())
+    first = errors[0] if errors else {}
+    param = next((str(p) for p in first.get("loc", ()) if p != "body"), None)
+    if first.get("type") == "json_invalid":
+        return ApiError(400, "the body is not valid JSON")
+    if first.get("type") == "extra_forbidden":
+        return ApiError(400, f"unknown parameter {param!r}", param=param, code="unknown_parameter")
+    # A union (prompt: a string or a list of one string) fails once per branch: say what is wrong
+    # with the value (too long) rather than that it is not the other branch's type.
+    same = [e for e in errors if param in [str(p) for p in e.get("loc", ())]]
+    chosen = next((e for e in same if not str(e.get("type", "")).endswith("_type")), first)
+    return ApiError(400, f"{param or 'body'}: {chosen.get('msg', 'invalid')}", param=param)
+
+
+def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
+    gw = Gateway(settings, triton or Triton(settings.triton_grpc, settings.request_timeout_s))
+    Caller = Annotated[Key | None, Depends(gw.caller)]
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        await gw.backend.close()
+
+    app = FastAPI(title="ftgateway", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.gateway = gw
+
+    @app.middleware("http")
+    async def limits_and_counts(request: Request, call_next):
+        route, began, limit = request.url.path, time.monotonic(), settings.max_request_bytes
+        if request.method == "POST":
+            declared = request.headers.get("content-length")
+            too_large = declared is not None and (not declared.isdigit() or int(declared) > limit)
+            if too_large or len(await request.body()) > limit:
+                return gw.fail(ApiError(413, f"the request body is over {limit} bytes", code="request_too_large"),
+                               route)  # fmt: skip
+        response = await call_next(request)
+        if route not in ("/metrics", "/healthz") and not isinstance(response, StreamingResponse):
+            gw.metrics.requests.labels(route, str(response.status_code)).inc()
+            gw.metrics.latency.labels(route).observe(time.monotonic() - began)
+        return response
+
+    @app.exception_handler(ApiError)
+    async def api_error(_request: Request, err: ApiError):
+        gw.metrics.errors.labels(str(err.status), err.kind).inc()
+        return err.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, err: RequestValidationError):
+        return await api_error(_request, _validation_error(err))
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, _key: Caller):
+        if not body.stream:
+            result = await gw.result(body)
+            ident = f"cmpl-{uuid.uuid4().hex}"
+            chunk = completion_chunk(ident, int(time.time()), settings.model, result.text, result.finish_reason)
+            return {**chunk, "usage": usage(result)}
+        began, decoupled = time.monotonic(), await gw.backend.decoupled()
+        rest = gw.run(body)
+        first = await anext(rest)  # an error before the first text is still a plain HTTP error
+        return gw.stream(body, first, rest, decoupled, began)
+
+    @app.post("/generate")
+    async def generate(body: GenerateRequest, _key: Caller):
+        result = await gw.result(body)
+        return {"model": settings.model, "prompt": body.prompt, "text": result.text,
+                "finish_reason": result.finish_reason, "usage": usage(result)}  # fmt: skip
+
+    @app.get("/v1/models")
+    async def models(_key: Caller):
+        model = {"id": settings.model, "object": "model", "created": gw.started, "owned_by": "ftfleet"}
+        return {"object": "list", "data": [model]}
+
+    @app.get("/healthz")
+    async def healthz():
+        ok, detail = await gw.backend.ready()
+        body = {"status": "ready" if ok else "not ready", "detail": detail}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def prometheus():
+        return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,124 @@
+"""The gateway's settings (one JSON file the role writes) and its API keys (a JSON file of hashes)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A settings or key file that the gateway cannot start with: the message names the field."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str  # the name clients send as "model" (fleet_model.name)
+    triton_grpc: str = "127.0.0.1:8001"  # host:port of the local tritonserver's gRPC endpoint
+    context_length: int = 1024  # prompt tokens + max_tokens may not exceed it (the model's positions)
+    max_tokens_limit: int = 512  # the largest max_tokens a request may ask for
+    max_request_bytes: int = 65536  # a larger body gets a 413
+    keys_file: str = ""  # JSON of key hashes; empty = no authentication (refused unless allow_anonymous)
+    allow_anonymous: bool = False
+    default_rate_per_minute: int = 600  # requests per key in any 60 s, unless the key says otherwise
+    request_timeout_s: float = 300.0  # per call to tritonserver
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Settings:
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {unknown}; known: {sorted(known)}")
+        if not isinstance(raw.get("model"), str) or not raw["model"]:
+            raise ConfigError("setting 'model' must be a non-empty string (the model name clients send)")
+        for name in ("context_length", "max_tokens_limit", "max_request_bytes", "default_rate_per_minute"):
+            value = raw.get(name, known[name].default)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"setting {name!r} must be a positive integer, got {value!r}")
+        if raw.get("max_tokens_limit", cls.max_tokens_limit) >= raw.get("context_length", cls.context_length):
+            raise ConfigError("setting 'max_tokens_limit' must be smaller than 'context_length' (room for a prompt)")
+        settings = cls(**raw)
+        if not settings.keys_file and not settings.allow_anonymous:
+            raise ConfigError("no 'keys_file': set one, or 'allow_anonymous': true to serve without keys")
+        return settings
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Settings:
+        try:
+            raw = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"cannot read the settings file {path}: {err}") from err
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the settings must be a JSON object")
+        return cls.from_dict(raw)
+
+
+def hash_key(key: str) -> str:
+    """What the hosts store of a key: its SHA-256, hex. Keys are long random strings (new_key),
+    so a fast hash is enough; the plain key exists only in the inventory's vault and with the client."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> str:
+    return "ftf-" + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    sha256: str
+    rate_per_minute: int
+
+
+class Keys:
+    """The key file, read again whenever it changes on disk: issuing or revoking a key needs no restart."""
+
+    def __init__(self, path: str, default_rate: int) -> None:
+        self.path, self.default_rate = Path(path), default_rate
+        self._stamp: tuple[int, int] | None = None
+        self._by_hash: dict[str, Key] = {}
+        self.reload()
+
+    def reload(self) -> None:
+        stat = self.path.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp == self._stamp:
+            return
+        self._by_hash = parse_keys(self.path.read_text(), self.default_rate, str(self.path))
+        self._stamp = stamp
+
+    def find(self, presented: str) -> Key | None:
+        with contextlib.suppress(OSError, ConfigError):  # a key file being rewritten or broken:
+            self.reload()  # keep serving with the keys read last
+        digest = hash_key(presented)
+        for known, key in self._by_hash.items():
+            if hmac.compare_digest(known, digest):
+                return key
+        return None
+
+
+def parse_keys(text: str, default_rate: int, where: str = "keys") -> dict[str, Key]:
+    try:
+        raw = json.loads(text)
+    except ValueError as err:
+        raise ConfigError(f"{where}: not JSON: {err}") from err
+    if not isinstance(raw, dict) or not isinstance(raw.get("keys"), list):
+        raise ConfigError(f'{where}: expected {{"keys": [{{"name": ..., "sha256": ...}}, ...]}}')
+    keys: dict[str, Key] = {}
+    for i, item in enumerate(raw["keys"]):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ConfigError(f"{where}: keys[{i}] needs a 'name'")
+        digest = item.get("sha256")
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ConfigError(f"{where}: keys[{i}] ({item['name']}): 'sha256' must be 64 lowercase hex digits")
+        rate = item.get("rate_per_minute", default_rate)
+        if not isinstance(rate, int) or isinstance(rate, bool) or rate < 1:
+            raise ConfigError(f"{where}: keys[{i}] ({item['name']}): 'rate_per_minute' must be a positive integer")
+        keys[digest] = Key(item["name"], digest, rate)
+    return keys

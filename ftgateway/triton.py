@@ -1,0 +1,189 @@
+"""The model repository's steps over gRPC: preprocessing -> fastertransformer -> postprocessing.
+
+The ensemble carries only the prompt, the output length and the bad/stop words; the sampling
+inputs (runtime_top_k, runtime_top_p, temperature, random_seed) exist only on the
+fastertransformer model, so the gateway runs the three steps itself. When the fastertransformer
+model is decoupled (triton_model_repo_decoupled), it answers a stream of responses, one per
+generated step, each with the sequence so far; otherwise one response with the whole sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.utils import InferenceServerException
+
+MODELS = ("preprocessing", "fastertransformer", "postprocessing")
+UINT64_MAX = 2**64 - 1
+
+
+class SamplingError(ValueError):
+    """A sampling request the FT model cannot honour: the message says which parameter and why."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The fastertransformer model's sampling inputs."""
+
+    runtime_top_k: int
+    runtime_top_p: float
+    temperature: float
+    random_seed: int
+
+    @property
+    def greedy(self) -> bool:
+        return self.runtime_top_k == 1 and self.runtime_top_p == 0.0
+
+
+def sampling(temperature: float, top_k: int, top_p: float, seed: int | None, fallback_seed: int) -> Sampling:
+    """OpenAI's parameters -> FT's.
+
+    - temperature 0 is greedy decoding: FT's top_k 1, top_p 0 (its greedy path; temperature then has
+      no effect, and is sent as 1.0).
+    - otherwise FT samples with top-k and/or top-p at that temperature; top_k 0 means no top-k cut,
+      top_p 1 no nucleus cut. FT treats top_k 0 with top_p 0 as greedy, so top_p 0 with top_k 0
+      and a temperature above 0 is refused rather than silently made greedy.
+    - seed: FT's random_seed (uint64); without one, sampling takes `fallback_seed` (a fresh one per
+      request), so that two requests do not repeat each other.
+    """
+    if temperature < 0 or temperature > 2:
+        raise SamplingError("temperature", "temperature must be between 0 and 2")
+    if top_k < 0:
+        raise SamplingError("top_k", "top_k must be 0 (no top-k cut) or a positive number of tokens")
+    if not 0.0 <= top_p <= 1.0:
+        raise SamplingError("top_p", "top_p must be between 0 and 1")
+    if seed is not None and not 0 <= seed <= UINT64_MAX:
+        raise SamplingError("seed", "seed must be between 0 and 2**64-1 (FT's random_seed is a uint64)")
+    if temperature == 0:
+        return Sampling(runtime_top_k=1, runtime_top_p=0.0, temperature=1.0, random_seed=seed or 0)
+    if top_k == 0 and top_p == 0.0:
+        raise SamplingError("top_p", "top_p 0 with top_k 0 would be greedy decoding in FT: use temperature 0 for that")
+    return Sampling(runtime_top_k=top_k, runtime_top_p=float(top_p), temperature=float(temperature),
+                    random_seed=fallback_seed if seed is None else seed)  # fmt: skip
+
+
+def _tensor(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+@dataclass
+class Tokens:
+    ids: np.ndarray  # [1, n] uint32
+    count: int
+    stop_ids: np.ndarray | None  # [1, 2, w] int32 (FT's stop_words_list) or None
+    text: str  # the prompt as the model's tokenizer decodes its ids
+
+
+@dataclass
+class Step:
+    output_ids: np.ndarray  # [1, 1, L] uint32, prompt included
+    sequence_length: int
+
+
+class Triton:
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self.url, self.timeout = url, timeout_s
+        self._client: grpcclient.InferenceServerClient | None = None
+        self._decoupled: bool | None = None
+
+    @property
+    def client(self) -> grpcclient.InferenceServerClient:
+        """Made on first use, inside the server's event loop (a gRPC aio channel belongs to one loop)."""
+        if self._client is None:
+            self._client = grpcclient.InferenceServerClient(self.url)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+    async def ready(self) -> tuple[bool, str]:
+        """Ready when the server and the three models answer ready (what /healthz reports)."""
+        try:
+            if not await self.client.is_server_ready(client_timeout=5):
+                return False, "tritonserver is not ready"
+            for model in MODELS:
+                if not await self.client.is_model_ready(model, client_timeout=5):
+                    return False, f"model {model} is not ready"
+        except InferenceServerException as err:
+            return False, f"tritonserver at {self.url}: {err.message()}"
+        return True, "ready"
+
+    async def decoupled(self) -> bool:
+        if self._decoupled is None:
+            config = await self.client.get_model_config("fastertransformer", as_json=True, client_timeout=10)
+            policy = config.get("config", {}).get("model_transaction_policy", {})
+            self._decoupled = bool(policy.get("decoupled", False))
+        return self._decoupled
+
+    async def tokenize(self, prompt: str, stop: list[str], max_tokens: int) -> Tokens:
+        inputs = [
+            _tensor("QUERY", np.array([[prompt.encode()]], dtype=object), "BYTES"),
+            _tensor("REQUEST_OUTPUT_LEN", np.array([[max_tokens]], dtype=np.uint32), "UINT32"),
+            _tensor("BAD_WORDS_DICT", np.array([[b""]], dtype=object), "BYTES"),
+            _tensor("STOP_WORDS_DICT", np.array([[",".join(stop).encode()]], dtype=object), "BYTES"),
+        ]
+        result = await self.client.infer("preprocessing", inputs, client_timeout=self.timeout)
+        count = int(result.as_numpy("REQUEST_INPUT_LEN").reshape(-1)[0])
+        ids = result.as_numpy("INPUT_ID")[:, :count].astype(np.uint32)
+        stop_ids = result.as_numpy("STOP_WORDS_IDS").astype(np.int32) if stop else None
+        text = await self.detokenize(ids.reshape(1, 1, -1), count)
+        return Tokens(ids=ids, count=count, stop_ids=stop_ids, text=text)
+
+    async def detokenize(self, output_ids: np.ndarray, length: int) -> str:
+        inputs = [
+            _tensor("TOKENS_BATCH", output_ids.astype(np.uint32), "UINT32"),
+            _tensor("SEQUENCE_LENGTH", np.array([[length]], dtype=np.uint32), "UINT32"),
+        ]
+        result = await self.client.infer("postprocessing", inputs, client_timeout=self.timeout)
+        return result.as_numpy("OUTPUT").reshape(-1)[0].decode(errors="replace")
+
+    def _ft_inputs(self, tokens: Tokens, max_tokens: int, params: Sampling) -> list[grpcclient.InferInput]:
+        one = lambda value, dtype: np.array([[value]], dtype=dtype)  # noqa: E731 - [1, 1] scalars
+        inputs = [
+            _tensor("input_ids", tokens.ids, "UINT32"),
+            _tensor("input_lengths", one(tokens.count, np.uint32), "UINT32"),
+            _tensor("request_output_len", one(max_tokens, np.uint32), "UINT32"),
+            _tensor("runtime_top_k", one(params.runtime_top_k, np.uint32), "UINT32"),
+            _tensor("runtime_top_p", one(params.runtime_top_p, np.float32), "FP32"),
+            _tensor("temperature", one(params.temperature, np.float32), "FP32"),
+            _tensor("random_seed", one(params.random_seed, np.uint64), "UINT64"),
+        ]
+        if tokens.stop_ids is not None:
+            inputs.append(_tensor("stop_words_list", tokens.stop_ids, "INT32"))
+        return inputs
+
+    async def generate(self, tokens: Tokens, max_tokens: int, params: Sampling) -> AsyncIterator[Step]:
+        """The sequence so far, once per step the model answers (once in all unless decoupled)."""
+        inputs = self._ft_inputs(tokens, max_tokens, params)
+        if not await self.decoupled():
+            result = await self.client.infer("fastertransformer", inputs, client_timeout=self.timeout)
+            yield _step(result)
+            return
+
+        async def requests():
+            yield {"model_name": "fastertransformer", "inputs": inputs, "enable_empty_final_response": True}
+
+        async for result, error in self.client.stream_infer(requests(), stream_timeout=self.timeout):
+            if error is not None:
+                raise error
+            final = result.get_response().parameters.get("triton_final_response")
+            if result.as_numpy("output_ids") is not None:
+                yield _step(result)
+            if final is not None and final.bool_param:
+                return
+
+
+def _step(result) -> Step:
+    output_ids = result.as_numpy("output_ids")
+    output_ids = output_ids.reshape(1, 1, -1) if output_ids.ndim < 3 else output_ids[:1, :1]
+    return Step(output_ids=output_ids, sequence_length=int(result.as_numpy("sequence_length").reshape(-1)[0]))

@@ -1,0 +1,294 @@
+"""ftgateway against a real tritonserver serving a repository that triton_model_repo wrote (the
+gpt family, tp 2, the CPU stand-in as fastertransformer): the gateway runs as `python -m ftgateway`
+on 127.0.0.1 and is called over HTTP. Once with the repository as written by default, once with
+triton_model_repo_decoupled: true (token streaming)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import BIN, ROOT, run_playbook
+from tritonlocal import free_port, tiny_model, tritonserver
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("pytriton")
+sys.path.insert(0, str(ROOT))
+from ftgateway.config import hash_key  # noqa: E402
+from ftnative.convert import convert  # noqa: E402
+from ftnative.decode import load  # noqa: E402
+
+MODEL = "tiny"
+KEY, SLOW_KEY = "ftf-test-key-one", "ftf-test-key-slow"
+PROMPT = "Ansible automation that takes bare GPU hosts"
+PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  roles:
+    - role: triton_model_repo
+      vars:
+        fleet_model: {{name: tiny, family: gpt, source: {{url: "file:///x", revision: main}}, data_type: fp32}}
+        triton_model_repo_dir: "{repo}"
+        triton_model_repo_container_dir: "{repo}"
+        triton_model_repo_container_tokenizer_dir: "{checkpoint}"
+        triton_model_repo_python_path: "{python_path}"
+        triton_model_repo_decoupled: {decoupled}
+"""
+
+
+@dataclass
+class Front:
+    url: str
+    decoupled: bool
+    keys_file: Path
+    tokenizer: object
+    model: object
+    shards: Path
+
+    def post(self, path: str, body, key: str | None = KEY, **kw) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.post(self.url + path, json=body, headers=headers, timeout=120, **kw)
+
+    def complete(self, **body) -> dict:
+        answer = self.post("/v1/completions", {"model": MODEL, "prompt": PROMPT, **body})
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def stream(self, **body) -> tuple[httpx.Response, list]:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        request = {"model": MODEL, "prompt": PROMPT, "stream": True, **body}
+        with httpx.stream("POST", self.url + "/v1/completions", json=request, headers=headers, timeout=120) as r:
+            lines = [line for line in r.iter_lines() if line]
+        assert lines[-1] == "data: [DONE]", lines
+        return r, [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+
+
+def _gateway(settings: dict, work: Path) -> tuple[subprocess.Popen, str]:
+    config = work / f"gateway-{free_port()}.json"
+    config.write_text(json.dumps(settings))
+    port = free_port()
+    proc = subprocess.Popen([str(BIN / "python"), "-m", "ftgateway", "--config", str(config), "--port", str(port)],
+                            cwd=ROOT, stdout=(work / f"gateway-{port}.log").open("w"), stderr=subprocess.STDOUT)  # fmt: skip
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(url + "/metrics", timeout=2)
+            return proc, url
+        except httpx.TransportError:
+            assert proc.poll() is None, (work / f"gateway-{port}.log").read_text()
+            assert time.monotonic() < deadline, "the gateway did not start"
+            time.sleep(0.3)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["plain", "decoupled"])
+def front(request, tmp_path_factory) -> Iterator[Front]:
+    work = tmp_path_factory.mktemp("front")
+    checkpoint, repo = work / "checkpoint", work / "repo"
+    tokenizer, model = tiny_model("gpt", checkpoint)
+    site = Path(transformers.__file__).parents[1]
+    (work / "play.yml").write_text(PLAY.format(repo=repo, checkpoint=checkpoint, python_path=f"{ROOT}:{site}",
+                                               decoupled=str(request.param).lower()))  # fmt: skip
+    done = run_playbook(work / "play.yml", "-i", "localhost,", "-e", "fleet_tensor_para_size=2",
+                        "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    shards = repo / "fastertransformer" / "1" / "2-gpu"
+    convert(checkpoint, repo / "fastertransformer" / "1", "gpt", 2, "fp32", log=lambda _m: None)
+    ft_config = repo / "fastertransformer" / "config.pbtxt"
+    ft_config.write_text(ft_config.read_text() + f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n')  # fmt: skip
+    keys_file = work / "keys.json"
+    keys_file.write_text(json.dumps({"keys": [{"name": "one", "sha256": hash_key(KEY)},
+                                              {"name": "slow", "sha256": hash_key(SLOW_KEY), "rate_per_minute": 3}]}))  # fmt: skip
+    with tritonserver(repo, work) as server:
+        settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "context_length": 128,
+                    "max_tokens_limit": 64, "max_request_bytes": 4096, "keys_file": str(keys_file)}  # fmt: skip
+        proc, url = _gateway(settings, work)
+        try:
+            yield Front(url, request.param, keys_file, tokenizer, model, shards)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def reference(front: Front, new: int) -> str:
+    """transformers' greedy generate() on the same model: the prompt and what follows it."""
+    ids = front.tokenizer.encode(PROMPT)
+    front.model.generation_config.eos_token_id = front.tokenizer.eos_token_id
+    with torch.no_grad():
+        out = front.model.generate(torch.tensor([ids]), max_new_tokens=new, do_sample=False,
+                                   pad_token_id=front.tokenizer.eos_token_id)[0].tolist()  # fmt: skip
+    return front.tokenizer.decode(out)
+
+
+def test_a_greedy_completion_equals_transformers_with_usage(front):
+    answer = front.complete(max_tokens=12, temperature=0)
+    choice = answer["choices"][0]
+    assert PROMPT + choice["text"] == reference(front, 12)
+    assert answer["object"] == "text_completion" and answer["model"] == MODEL
+    prompt_tokens = len(front.tokenizer.encode(PROMPT))
+    assert answer["usage"] == {"prompt_tokens": prompt_tokens, "completion_tokens": 12, "total_tokens": prompt_tokens + 12}
+    assert choice["finish_reason"] == "length"
+    simple = front.post("/generate", {"prompt": PROMPT, "max_tokens": 12})
+    assert simple.status_code == 200, simple.text
+    assert simple.json()["text"] == choice["text"]
+
+
+def test_streaming_returns_the_same_text_in_chunks(front):
+    whole = front.complete(max_tokens=10, temperature=0)["choices"][0]["text"]
+    response, chunks = front.stream(max_tokens=10, temperature=0)
+    texts = [c["choices"][0]["text"] for c in chunks if c["choices"][0]["text"]]
+    assert "".join(texts) == whole
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["usage"]["completion_tokens"] == 10
+    if front.decoupled:
+        # one response per generated token from the model: several chunks, none claiming otherwise
+        assert response.headers["x-ftfleet-streaming"] == "tokens"
+        assert len(texts) >= 5, texts
+        assert all("ftfleet_streaming" not in c for c in chunks)
+    else:
+        assert response.headers["x-ftfleet-streaming"] == "buffered"
+        assert len(texts) == 1
+        assert "not decoupled" in chunks[0]["ftfleet_streaming"]
+
+
+def test_sampling_parameters_reach_the_model(front):
+    """A sampled completion equals the stand-in's own sampling with the same top_k, top_p,
+    temperature and seed: the parameters went through to the fastertransformer model."""
+    params = {"temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 1234}
+    answer = front.complete(max_tokens=8, **params)
+    again = front.complete(max_tokens=8, **params)
+    assert answer["choices"][0]["text"] == again["choices"][0]["text"]  # same seed, same text
+    model, ids = load(front.shards), front.tokenizer.encode(PROMPT)
+    new = model.generate(ids, 8, top_k=5, top_p=0.9, temperature=0.7, seed=1234, end_id=front.tokenizer.eos_token_id)
+    assert PROMPT + answer["choices"][0]["text"] == front.tokenizer.decode(ids + new)
+    greedy = front.complete(max_tokens=8, temperature=0)["choices"][0]["text"]
+    others = {front.complete(max_tokens=8, temperature=1.0, seed=s)["choices"][0]["text"] for s in (1, 2, 3)}
+    assert others != {greedy}
+
+
+def test_a_stop_sequence_ends_the_completion_early(front):
+    whole = front.complete(max_tokens=20, temperature=0)["choices"][0]["text"]
+    # As it appears in the text, with its leading space: the model matches stop words by tokens,
+    # and a byte-level BPE encodes " word" and "word" differently.
+    stop = " " + next(w for w in whole.split()[1:] if "," not in w)
+    answer = front.complete(max_tokens=20, temperature=0, stop=[stop])
+    choice = answer["choices"][0]
+    assert choice["text"] == whole[: whole.index(stop)]
+    assert choice["finish_reason"] == "stop"
+    assert answer["usage"]["completion_tokens"] < 20  # the model itself stopped (stop_words_list)
+    _, chunks = front.stream(max_tokens=20, temperature=0, stop=stop)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == choice["text"]
+
+
+def test_keys_are_required_and_rate_limited(front):
+    models = httpx.get(front.url + "/v1/models", timeout=10)
+    assert models.status_code == 401
+    assert models.json()["error"]["code"] == "missing_api_key"
+    wrong = front.post("/v1/completions", {"model": MODEL, "prompt": "x"}, key="ftf-not-a-key")
+    assert wrong.status_code == 401
+    assert wrong.json()["error"]["type"] == "authentication_error"
+    listed = httpx.get(front.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+    assert [m["id"] for m in listed.json()["data"]] == [MODEL]
+    assert httpx.get(front.url + "/healthz", timeout=10).json()["status"] == "ready"  # no key needed
+    answers = [front.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1}, key=SLOW_KEY)
+               for _ in range(4)]  # fmt: skip
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert int(answers[-1].headers["retry-after"]) >= 1
+    assert answers[-1].json()["error"]["code"] == "rate_limit_exceeded"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param", "words"),
+    [
+        ("{not json", 400, None, "not valid JSON"),
+        ({"model": "gpt-4", "prompt": "x"}, 404, "model", "does not exist here"),
+        ({"model": MODEL, "prompt": "word " * 200}, 400, "prompt", "context of 128"),
+        ({"model": MODEL, "prompt": "x", "max_tokens": 65}, 400, "max_tokens", "limit of 64"),
+        ({"model": MODEL, "prompt": "x", "max_tokens": 0}, 400, "max_tokens", "greater than or equal to 1"),
+        ({"model": MODEL, "prompt": "x", "temperature": -0.5}, 400, "temperature", "greater than or equal to 0"),
+        ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens", "integer"),
+        ({"model": MODEL, "prompt": 42}, 400, "prompt", "string"),
+        ({"model": MODEL, "prompt": ["a", "b"]}, 400, "prompt", "at most 1"),
+        ({"model": MODEL, "prompt": ""}, 400, "prompt", "empty"),
+        ({"model": MODEL, "prompt": "x", "n": 2}, 400, "n", "n must be 1"),
+        ({"model": MODEL, "prompt": "x", "logprobs": 1}, 400, "logprobs", "not returned"),
+        ({"model": MODEL, "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
+        ({"model": MODEL, "prompt": "x", "stop": ["a,b"]}, 400, "stop", "comma"),
+        ({"model": MODEL, "prompt": "x", "temperature": 0.5, "top_k": 0, "top_p": 0}, 400, "top_p", "greedy"),
+        ({"model": MODEL, "prompt": "x", "frobnicate": True}, 400, "frobnicate", "unknown parameter"),
+        ({"model": MODEL, "prompt": "x" * 5000}, 413, None, "over 4096 bytes"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None,
+)
+def test_bad_requests_get_an_openai_error_and_the_service_keeps_serving(front, body, status, param, words):
+    if isinstance(body, str):
+        answer = httpx.post(front.url + "/v1/completions", content=body, timeout=30,
+                            headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})  # fmt: skip
+    else:
+        answer = front.post("/v1/completions", body)
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param
+    assert words in error["message"], error
+    assert front.complete(max_tokens=1, temperature=0)["usage"]["completion_tokens"] == 1
+
+
+def test_metrics_count_requests_tokens_and_errors(front):
+    front.complete(max_tokens=3, temperature=0)
+    front.stream(max_tokens=3, temperature=0)
+    text = httpx.get(front.url + "/metrics", timeout=10).text
+    lines = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+             if line and not line.startswith("#")}  # fmt: skip
+    assert lines['ftgateway_requests_total{route="/v1/completions",status="200"}'] >= 2
+    assert lines['ftgateway_tokens_total{direction="out"}'] >= 6
+    assert lines["ftgateway_time_to_first_token_seconds_count"] >= 1
+    assert lines['ftgateway_request_seconds_count{route="/v1/completions"}'] >= 2
+
+
+def test_a_revoked_key_is_refused_without_a_restart(front, tmp_path):
+    saved = front.keys_file.read_text()
+    try:
+        front.keys_file.write_text(json.dumps({"keys": [{"name": "slow", "sha256": hash_key(SLOW_KEY)}]}))
+        os.utime(front.keys_file, ns=(time.time_ns(), time.time_ns() + 10**9))
+        assert front.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1}).status_code == 401
+    finally:
+        front.keys_file.write_text(saved)
+        os.utime(front.keys_file, ns=(time.time_ns(), time.time_ns() + 2 * 10**9))
+    assert front.complete(max_tokens=1)["usage"]["completion_tokens"] == 1
+
+
+def test_without_tritonserver_health_says_so_and_requests_get_a_server_error(tmp_path):
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": [{"name": "one", "sha256": hash_key(KEY)}]}))
+    proc, url = _gateway({"model": MODEL, "triton_grpc": f"127.0.0.1:{free_port()}", "keys_file": str(keys),
+                          "request_timeout_s": 5}, tmp_path)  # fmt: skip
+    try:
+        health = httpx.get(url + "/healthz", timeout=30)
+        assert health.status_code == 503
+        assert health.json()["status"] == "not ready"
+        answer = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}, timeout=30,
+                            headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+        assert answer.status_code in (502, 503), answer.text
+        assert answer.json()["error"]["type"] == "server_error"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_bad_settings_file_is_refused_at_start(tmp_path):
+    config = tmp_path / "bad.json"
+    config.write_text(json.dumps({"model": MODEL, "keys_file": "", "context_lenght": 5}))
+    done = subprocess.run([str(BIN / "python"), "-m", "ftgateway", "--config", str(config)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2
+    assert "unknown setting(s) ['context_lenght']" in done.stderr
