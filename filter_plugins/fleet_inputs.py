@@ -178,6 +178,8 @@ def _fleet_problems(v: Mapping[str, Any]) -> list[str]:
             problems.append(f"{name}={_show(value)}: must be a whole number >= 1; fix: e.g. 1")
     if v.get("fleet_convert_engine") not in ("native", "upstream"):
         problems.append(f"fleet_convert_engine={_show(v.get('fleet_convert_engine'))}: must be native or upstream")
+    if not isinstance(v.get("fleet_gateway", True), bool):
+        problems.append(f"fleet_gateway={_show(v.get('fleet_gateway'))}: must be true or false, unquoted")
     if not isinstance(v.get("fleet_require_gpus"), bool):
         problems.append(
             f"fleet_require_gpus={_show(v.get('fleet_require_gpus'))}: must be true or false (a quoted string "
@@ -260,6 +262,71 @@ def _server_problems(v: Mapping[str, Any]) -> list[str]:
                                      "triton_server_start_limit_interval_sec", "triton_server_ready_timeout",
                                      "triton_server_smoke_output_len", "triton_server_smoke_timeout",
                                      "triton_server_log_lines"))  # fmt: skip
+    return problems
+
+
+def _api_key_problems(keys: Any, anonymous: Any) -> list[str]:
+    """fleet_api_keys / gateway_api_keys: named by their names only, never by their values."""
+    if not isinstance(keys, list) or not all(isinstance(k, Mapping) for k in keys):
+        return ["gateway_api_keys (fleet_api_keys): must be a list of {name, key, rate_per_minute} mappings; "
+                "fix: see docs/serving-front.md (keys live in the vault)"]  # fmt: skip
+    problems, names, values = [], set(), set()
+    for i, item in enumerate(keys):
+        name = item.get("name")
+        label = f"fleet_api_keys[{i}]" + (f" ({name})" if isinstance(name, str) else "")
+        if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+            problems.append(f"{label}: 'name' must be letters, digits and ._- ; fix: name each key after its user")
+        elif name in names:
+            problems.append(f"{label}: the name {name!r} is used twice; fix: one entry per key")
+        names.add(name)
+        key = item.get("key")
+        if not isinstance(key, str) or len(key) < 16 or re.search(r"\s", key):
+            problems.append(f"{label}: 'key' must be a string of at least 16 characters without spaces; fix: "
+                            "python -m ftgateway new-key")  # fmt: skip
+        elif key in values:
+            problems.append(f"{label}: the same key as another entry; fix: a new key per user")
+        values.add(key if isinstance(key, str) else None)
+        rate = item.get("rate_per_minute", 1)
+        if not isinstance(rate, int) or isinstance(rate, bool) or rate < 1:
+            problems.append(f"{label}: 'rate_per_minute' must be a whole number >= 1")
+        unknown = sorted(set(item) - {"name", "key", "rate_per_minute"})
+        if unknown:
+            problems.append(f"{label}: unknown field(s) {unknown}; valid: name, key, rate_per_minute")
+    if not keys and anonymous is not True:
+        problems.append("fleet_api_keys=[]: the gateway needs at least one API key; fix: add keys to the vault "
+                        "(python -m ftgateway new-key), or set gateway_allow_anonymous: true on purpose")  # fmt: skip
+    return problems
+
+
+def gateway_problems(v: Mapping[str, Any]) -> list[str]:
+    """The gateway's inputs: keys, port (in range, not one of tritonserver's), limits, TLS files."""
+    problems = _api_key_problems(v.get("gateway_api_keys", v.get("fleet_api_keys", [])),
+                                 v.get("gateway_allow_anonymous", False))  # fmt: skip
+    problems += _int_problems(v, 1, ("gateway_port",), 65535)
+    port = v.get("gateway_port")
+    clash = [f"triton_server_{n}_port" for n in ("http", "grpc", "metrics")
+             if isinstance(port, int) and v.get(f"triton_server_{n}_port") == port]  # fmt: skip
+    if clash:
+        problems.append(f"gateway_port={port}: the same port as {clash[0]}; fix: another port for one of them")
+    problems += _int_problems(v, 1, ("gateway_max_tokens", "gateway_rate_per_minute", "gateway_max_request_bytes",
+                                     "gateway_request_timeout_s", "gateway_ready_timeout",
+                                     "gateway_context_length_fallback"))  # fmt: skip
+    problems += _int_problems(v, 0, ("gateway_context_length", "gateway_graceful_seconds"))
+    context, most = v.get("gateway_context_length"), v.get("gateway_max_tokens")
+    if isinstance(context, int) and isinstance(most, int) and context > 0 and most >= context:
+        problems.append(f"gateway_max_tokens={most}: not below gateway_context_length={context} (no room for a "
+                        "prompt); fix: a smaller gateway_max_tokens")  # fmt: skip
+    cert, key = v.get("gateway_tls_cert", ""), v.get("gateway_tls_key", "")
+    if bool(cert) != bool(key):
+        problems.append("gateway_tls_cert and gateway_tls_key: set both (a certificate and its key) or neither")
+    for name, path in (("gateway_tls_cert", cert), ("gateway_tls_key", key)):
+        if path and (not isinstance(path, str) or not os.path.isabs(path)):
+            problems.append(f"{name}={_show(path)}: must be an absolute path on the host")
+    address = v.get("gateway_bind_address", "0.0.0.0")
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        problems.append(f"gateway_bind_address={_show(address)}: not an IP address; fix: e.g. 0.0.0.0 or 127.0.0.1")
     return problems
 
 
@@ -375,6 +442,8 @@ def fleet_input_problems(provided: Any, gpus: Any = None) -> list[str]:
     if branch is not None and not re.fullmatch(r"\d{3}", str(branch)):
         problems.append(f"nvidia_driver_branch={_show(branch)}: must be a driver branch such as '535'")
     model = values.get("fleet_model")
+    if isinstance(model, Mapping) and model and values.get("fleet_gateway") is True:
+        problems += gateway_problems(values)
     if isinstance(model, Mapping) and model and not fleet_model_problems(model):
         problems += triton_model_repo_problems(values, fleet_model_resolved(model))
     if isinstance(gpus, Mapping):
@@ -405,6 +474,7 @@ class FilterModule:
         return {
             "fleet_input_names": fleet_input_names,
             "fleet_input_problems": fleet_input_problems,
+            "gateway_problems": gateway_problems,
             "ft_model_params_problems": ft_model_params_problems,
             "triton_model_repo_problems": triton_model_repo_problems,
         }

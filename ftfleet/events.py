@@ -91,7 +91,7 @@ class Run:
     changes: list[Step] = field(default_factory=list)
     failures: list[Step] = field(default_factory=list)
     diffs: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[dict[str, str]] = field(default_factory=list)  # what the roles say (debug messages, asserts' success_msg)
+    notes: list[dict[str, str]] = field(default_factory=list)  # debug messages, asserts' success_msg
     stage: str = ""
     in_handlers: bool = False
     began: float = field(default_factory=time.monotonic)
@@ -128,14 +128,17 @@ class Run:
                 self.diffs.append({"host": data.get("host"), "stage": self.stage, "task": data.get("task") or "",
                                    "diff": res["diff"]})  # fmt: skip
         elif kind.startswith("runner_on_") and data.get("host"):
-            self._result(kind, data)
+            self._result(kind, data, str(event.get("stdout") or ""))
         elif kind == "playbook_on_stats":
             for host in self.hosts.values():
                 host.done, host.task, host.progress = True, "", ""
         return True
 
-    def _result(self, kind: str, data: Mapping[str, Any]) -> None:
+    def _result(self, kind: str, data: Mapping[str, Any], stdout: str = "") -> None:
         state, res = self.host(data["host"]), data.get("res") or {}
+        if "censored" in res:
+            # no_log hides the whole result, `changed` included; the event's own line still says it.
+            res = {**res, "changed": re.sub(r"\x1b\[[0-9;]*m", "", stdout).lstrip().startswith("changed:")}
         step = Step(host=data["host"], stage=self.stage, role=data.get("role") or "", task=data.get("task") or "",
                     duration=round(float(data.get("duration") or 0.0), 3),
                     handler=self.in_handlers)  # fmt: skip

@@ -76,7 +76,7 @@ def ftfleet(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess
 def completion(out: str) -> str:
     """The line `make lab` prints after its 'completion through the ensemble' heading."""
     lines = out.splitlines()
-    heading = max(i for i, line in enumerate(lines) if "completion through the ensemble" in line)
+    heading = max(i for i, line in enumerate(lines) if "completion through HAProxy and the gateways" in line)
     return lines[heading + 1]
 
 
@@ -140,10 +140,11 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     # make lab runs `ftfleet apply`: its report, counted from ansible-runner's events.
     applied = report("apply")
     assert applied["result"] == "ok", applied
-    assert set(applied["hosts"]) == {"lab-node1", "lab-node2"}
+    assert set(applied["hosts"]) == {"lab-node1", "lab-node2", "lab-lb"}
     assert all(h["failed"] == 0 and not h["unreachable"] for h in applied["hosts"].values()), applied["hosts"]
     stages = ["preflight", "gpu_hosts", "images", "models", "serve"]
-    assert all(list(row) == stages for row in applied["changed"].values()), applied["changed"]
+    assert {host: list(row) for host, row in applied["changed"].items()} == {
+        "lab-node1": stages, "lab-node2": stages, "lab-lb": ["serve"]}, applied["changed"]  # fmt: skip
     # The GPU-only roles say that they skip (ftfleet prints what the roles say).
     for role in ("nvidia_driver", "nvidia_container_toolkit", "ft_gemm_tune"):
         assert re.search(rf"{role}: lab-node1 has no", out), f"{role} did not announce its skip"
@@ -159,11 +160,14 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     assert second.returncode == 0, out[-8000:]
     again = report("apply")
     assert again["run_dir"] != applied["run_dir"]
-    assert again["changed"] == {host: dict.fromkeys(stages, 0) for host in ("lab-node1", "lab-node2")}, again
+    unchanged = {"lab-node1": dict.fromkeys(stages, 0), "lab-node2": dict.fromkeys(stages, 0), "lab-lb": {"serve": 0}}
+    assert again["changed"] == unchanged, again
     assert completion(out) == served
     assert took < 120, f"the second make lab took {took:.0f} s"
 
     one_hosts_batch_size_changes_exactly_its_config_unit_and_restart(stages)
+    the_front_wants_a_key_and_streams_the_same_text()
+    a_rollout_over_both_hosts_under_load_drops_no_request()
     status_shows_both_hosts_serving()
     plan_previews_a_gpu_change_without_changing_it()
 
@@ -180,12 +184,76 @@ def one_hosts_batch_size_changes_exactly_its_config_unit_and_restart(stages: lis
     assert done.returncode == 0, done.stdout[-6000:]
     changed = report("apply")
     assert changed["changed"]["lab-node2"] == dict.fromkeys(stages, 0), changed["changed"]
-    assert changed["changed"]["lab-node1"] == {**dict.fromkeys(stages, 0), "models": 1, "serve": 2}
+    # config.pbtxt, the unit, then the drain in HAProxy, the restart, and back into rotation
+    assert changed["changed"]["lab-node1"] == {**dict.fromkeys(stages, 0), "models": 1, "serve": 4}
     assert [(c["role"], c["task"], c.get("handler", False)) for c in changed["changes"]] == [
         ("triton_model_repo", "Write the models' config.pbtxt", False),
         ("triton_server", "configure | Write triton-tiny-gpt2.service", False),
+        ("lb_member", "Drain this host in the load balancers", True),
         ("triton_server", "Restart tritonserver", True),
+        ("lb_ready", "Put this host back into model_tiny-gpt2 on each load balancer", False),
     ], changed["changes"]
+
+
+KEY = "ftf-lab-key-not-a-secret-0001"  # inventories/lab/group_vars/gpu_hosts/gateway.yml
+FRONT_CHECK = r"""
+import json, httpx
+url = "http://127.0.0.1:18500/v1/completions"
+body = {"model": "tiny-gpt2", "prompt": "Every role", "max_tokens": 12, "temperature": 0}
+auth = {"Authorization": "Bearer KEY"}
+out = {"no_key": httpx.post(url, json=body).status_code,
+       "wrong_key": httpx.post(url, json=body, headers={"Authorization": "Bearer ftf-wrong-key-0000000"}).status_code,
+       "bad_max_tokens": httpx.post(url, json={**body, "max_tokens": -1}, headers=auth).status_code}
+whole = httpx.post(url, json=body, headers=auth, timeout=60).json()
+out["text"], out["usage"] = whole["choices"][0]["text"], whole["usage"]
+with httpx.stream("POST", url, json={**body, "stream": True}, headers=auth, timeout=60) as r:
+    events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+out["chunks"] = [json.loads(e)["choices"][0]["text"] for e in events[:-1]]
+out["done"] = events[-1]
+print(json.dumps(out))
+""".replace("KEY", KEY)
+
+
+def the_front_wants_a_key_and_streams_the_same_text() -> None:
+    """Through HAProxy on 127.0.0.1:18500: no key or a wrong key is a 401, a bad request a 400,
+    and a streamed completion is the same text as the whole one."""
+    done, _ = inside(".venv/bin/python -c " + shlex.quote(FRONT_CHECK))
+    assert done.returncode == 0, done.stdout + done.stderr
+    front = json.loads(done.stdout)
+    assert (front["no_key"], front["wrong_key"], front["bad_max_tokens"]) == (401, 401, 400), front
+    assert front["usage"]["completion_tokens"] == 12
+    assert "".join(front["chunks"]) == front["text"]
+    assert front["done"] == "[DONE]"
+
+
+def a_rollout_over_both_hosts_under_load_drops_no_request() -> None:
+    """A config change restarts both hosts one after the other while 4 clients send completions
+    through HAProxy: each host is drained first and put back after its gates, so none fails."""
+    stop = "/tmp/ftfleet-stop-load"
+    inside(f"rm -f {stop}")
+    load = subprocess.Popen(
+        ["docker", "exec", "-w", PROJECT, FRESH, ".venv/bin/python", "scripts/ftfleet-load", "--key", KEY,
+         "--model", "tiny-gpt2", "--clients", "4", "--interval", "0.25", "--seconds", "600", "--max-requests", "3000",
+         "--until", stop],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(3)
+        done, took = ftfleet("apply", "-e", '{"triton_model_repo_max_batch_size": 32}')
+        assert done.returncode == 0, done.stdout[-6000:]
+        time.sleep(3)
+    finally:
+        inside(f"touch {stop}")
+        out, err = load.communicate(timeout=180)
+    result = json.loads(out.strip().splitlines()[-1])
+    print(
+        f"rollout over both hosts in {took:.0f} s under load: {result['requests']} requests, "
+        f"{result['failed']} failed ({result})"
+    )
+    restarted = [c["host"] for c in report("apply")["changes"] if c["task"] == "Restart tritonserver"]
+    assert restarted == ["lab-node1", "lab-node2"], restarted  # one after the other
+    assert result["failed"] == 0, (result, err)
+    assert result["requests"] >= 50, result
 
 
 def status_shows_both_hosts_serving() -> None:

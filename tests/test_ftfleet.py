@@ -25,6 +25,10 @@ PLAY = """
       ansible.builtin.command: "true"
       changed_when: inventory_hostname == 'h1'
       notify: Restart it
+    - name: Change something secret
+      ansible.builtin.command: "true"
+      changed_when: inventory_hostname == 'h2'
+      no_log: true
     - name: Say something
       ansible.builtin.debug:
         msg: "hello from {{ inventory_hostname }}"
@@ -81,8 +85,10 @@ def test_a_run_is_counted_from_its_events(tmp_path):
                               playbook="play.yml", inventory=inventory, quiet=True, event_handler=handle,
                               envvars=env)  # fmt: skip
     assert done.rc == 2  # h2 failed
-    assert run.changed_per_stage() == {"h1": {"Demo stage": 2}, "h2": {"Demo stage": 0}}
+    # no_log hides a result's `changed`: still counted (h2's secret change)
+    assert run.changed_per_stage() == {"h1": {"Demo stage": 2}, "h2": {"Demo stage": 1}}
     assert [(s.host, s.task, s.handler) for s in run.changes] == [("h1", "Change something", False),
+                                                                  ("h2", "Change something secret", False),
                                                                   ("h1", "Restart it", True)]  # fmt: skip
     assert [(s.host, s.task, s.message) for s in run.failures] == [("h2", "Break on h2", "broken on purpose")]
     assert {"host": "h1", "stage": "Demo stage", "message": "hello from h1"} in run.notes
@@ -94,8 +100,8 @@ def test_a_run_is_counted_from_its_events(tmp_path):
     assert ("h1", "try 2/6: built step 1") in seen
     report = run.report(command="test")
     assert report["hosts"]["h2"]["failed"] == 1
-    assert report["changes"][1] == {"host": "h1", "stage": "Demo stage", "role": "", "task": "Restart it",
-                                    "duration": report["changes"][1]["duration"], "handler": True}  # fmt: skip
+    assert report["changes"][2] == {"host": "h1", "stage": "Demo stage", "role": "", "task": "Restart it",
+                                    "duration": report["changes"][2]["duration"], "handler": True}  # fmt: skip
 
 
 def ftfleet(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -77,8 +77,9 @@ def _gateway(settings: dict, work: Path) -> tuple[subprocess.Popen, str]:
     config = work / f"gateway-{free_port()}.json"
     config.write_text(json.dumps(settings))
     port = free_port()
+    log = (work / f"gateway-{port}.log").open("w")
     proc = subprocess.Popen([str(BIN / "python"), "-m", "ftgateway", "--config", str(config), "--port", str(port)],
-                            cwd=ROOT, stdout=(work / f"gateway-{port}.log").open("w"), stderr=subprocess.STDOUT)  # fmt: skip
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
     while True:
         try:
@@ -104,10 +105,12 @@ def front(request, tmp_path_factory) -> Iterator[Front]:
     shards = repo / "fastertransformer" / "1" / "2-gpu"
     convert(checkpoint, repo / "fastertransformer" / "1", "gpt", 2, "fp32", log=lambda _m: None)
     ft_config = repo / "fastertransformer" / "config.pbtxt"
-    ft_config.write_text(ft_config.read_text() + f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n')  # fmt: skip
+    path = f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
+    ft_config.write_text(ft_config.read_text() + path)
     keys_file = work / "keys.json"
-    keys_file.write_text(json.dumps({"keys": [{"name": "one", "sha256": hash_key(KEY)},
-                                              {"name": "slow", "sha256": hash_key(SLOW_KEY), "rate_per_minute": 3}]}))  # fmt: skip
+    keys = [{"name": "one", "sha256": hash_key(KEY)},
+            {"name": "slow", "sha256": hash_key(SLOW_KEY), "rate_per_minute": 3}]  # fmt: skip
+    keys_file.write_text(json.dumps({"keys": keys}))
     with tritonserver(repo, work) as server:
         settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "context_length": 128,
                     "max_tokens_limit": 64, "max_request_bytes": 4096, "keys_file": str(keys_file)}  # fmt: skip
@@ -133,9 +136,11 @@ def test_a_greedy_completion_equals_transformers_with_usage(front):
     answer = front.complete(max_tokens=12, temperature=0)
     choice = answer["choices"][0]
     assert PROMPT + choice["text"] == reference(front, 12)
-    assert answer["object"] == "text_completion" and answer["model"] == MODEL
+    assert answer["object"] == "text_completion"
+    assert answer["model"] == MODEL
     prompt_tokens = len(front.tokenizer.encode(PROMPT))
-    assert answer["usage"] == {"prompt_tokens": prompt_tokens, "completion_tokens": 12, "total_tokens": prompt_tokens + 12}
+    assert answer["usage"] == {"prompt_tokens": prompt_tokens, "completion_tokens": 12,
+                               "total_tokens": prompt_tokens + 12}  # fmt: skip
     assert choice["finish_reason"] == "length"
     simple = front.post("/generate", {"prompt": PROMPT, "max_tokens": 12})
     assert simple.status_code == 200, simple.text
@@ -292,3 +297,63 @@ def test_a_bad_settings_file_is_refused_at_start(tmp_path):
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 2
     assert "unknown setting(s) ['context_lenght']" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("openai", "ft"),
+    [
+        ((0.0, 0, 1.0, None), (1, 0.0, 1.0, 0)),  # temperature 0: FT's greedy path
+        ((0.0, 40, 0.5, 7), (1, 0.0, 1.0, 7)),  # greedy ignores top_k/top_p
+        ((0.8, 0, 1.0, 5), (0, 1.0, 0.8, 5)),  # plain sampling at a temperature
+        ((1.0, 40, 1.0, None), (40, 1.0, 1.0, 99)),  # top-k; no seed given: the fresh one
+        ((1.0, 0, 0.9, 3), (0, 0.9, 1.0, 3)),  # nucleus
+    ],
+)
+def test_sampling_maps_openai_parameters_to_fts(openai, ft):
+    from ftgateway.triton import sampling  # noqa: PLC0415
+
+    temperature, top_k, top_p, seed = openai
+    got = sampling(temperature, top_k, top_p, seed, fallback_seed=99)
+    assert (got.runtime_top_k, got.runtime_top_p, got.temperature, got.random_seed) == ft
+
+
+@pytest.mark.parametrize(
+    ("openai", "param"),
+    [((2.5, 0, 1.0, None), "temperature"), ((1.0, -1, 1.0, None), "top_k"), ((1.0, 0, 1.5, None), "top_p"),
+     ((1.0, 0, 0.0, None), "top_p"), ((1.0, 0, 1.0, 2**64), "seed")],
+)  # fmt: skip
+def test_sampling_that_ft_cannot_honour_is_refused(openai, param):
+    from ftgateway.triton import SamplingError, sampling  # noqa: PLC0415
+
+    with pytest.raises(SamplingError) as err:
+        sampling(*openai, fallback_seed=1)
+    assert err.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"model": ""}, "'model' must be a non-empty string"),
+     ({"model": "m", "keys_file": "/k", "context_length": 0}, "'context_length' must be a positive integer"),
+     ({"model": "m", "keys_file": "/k", "max_tokens_limit": 2048}, "must be smaller than 'context_length'"),
+     ({"model": "m"}, "no 'keys_file'")],
+)  # fmt: skip
+def test_settings_refuse_what_the_gateway_cannot_start_with(settings, message):
+    from ftgateway.config import ConfigError, Settings  # noqa: PLC0415
+
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_dict(settings)
+
+
+def test_the_hosts_packages_are_pinned_as_the_projects():
+    """roles/gateway/files/requirements.txt: every pin equal to constraints.txt's (same versions
+    on the hosts as in the tests)."""
+    pins = lambda text: {  # noqa: E731
+        line.split("==")[0].split("[")[0].lower().replace("_", "-"): line.split("==")[1]
+        for line in text.splitlines() if "==" in line and not line.startswith("#")
+    }  # fmt: skip
+    host, project = (
+        pins((ROOT / "roles/gateway/files/requirements.txt").read_text()),
+        pins((ROOT / "constraints.txt").read_text()),
+    )
+    assert {"fastapi", "uvicorn", "tritonclient", "prometheus-client", "numpy"} <= set(host)
+    assert {name: v for name, v in host.items() if project.get(name) != v} == {}
