@@ -182,14 +182,17 @@ def test_sampling_parameters_reach_the_model(front):
 
 def test_a_stop_sequence_ends_the_completion_early(front):
     whole = front.complete(max_tokens=20, temperature=0)["choices"][0]["text"]
-    # As it appears in the text, with its leading space: the model matches stop words by tokens,
-    # and a byte-level BPE encodes " word" and "word" differently.
-    stop = " " + next(w for w in whole.split()[1:] if "," not in w)
+    # A token of the greedy answer whose text encodes back to that one token: the model matches
+    # stop words by tokens (a byte-level BPE encodes " word" and "word" differently).
+    tok, ids = front.tokenizer, front.tokenizer.encode(PROMPT + whole)[len(front.tokenizer.encode(PROMPT)) :]
+    position, stop = next((i, tok.decode([t])) for i, t in enumerate(ids) if i >= 2
+                          and tok.encode(tok.decode([t])) == [t] and tok.decode([t]).strip().isalnum())  # fmt: skip
     answer = front.complete(max_tokens=20, temperature=0, stop=[stop])
     choice = answer["choices"][0]
     assert choice["text"] == whole[: whole.index(stop)]
     assert choice["finish_reason"] == "stop"
-    assert answer["usage"]["completion_tokens"] < 20  # the model itself stopped (stop_words_list)
+    # the model itself stopped (stop_words_list) right after the stop's token
+    assert answer["usage"]["completion_tokens"] <= position + 1 < 20, (stop, position, answer["usage"])
     _, chunks = front.stream(max_tokens=20, temperature=0, stop=stop)
     assert "".join(c["choices"][0]["text"] for c in chunks) == choice["text"]
 

@@ -65,6 +65,7 @@ def preflight(lab, gpus: str, **overrides) -> tuple[int, str]:
         "fleet_data_root": str(lab["root"] / "data"),
         "fleet_model": {"name": "gpt2", "family": "gpt", "source": {"url": lab["sources"]["gpt2"], "revision": "main"}},
         "fleet_gpu_devices": [0],
+        "fleet_api_keys": [{"name": "test", "key": "ftf-test-key-000000000001"}],
         **overrides,
     }
     (lab["root"] / "extra.json").write_text(json.dumps(extra))
