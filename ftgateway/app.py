@@ -346,9 +346,13 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
             ident = f"cmpl-{uuid.uuid4().hex}"
             chunk = completion_chunk(ident, int(time.time()), settings.model, result.text, result.finish_reason)
             return {**chunk, "usage": usage(result)}
-        began, decoupled = time.monotonic(), await gw.backend.decoupled()
+        began = time.monotonic()
         rest = gw.run(body)
         first = await anext(rest)  # an error before the first text is still a plain HTTP error
+        try:
+            decoupled = await gw.backend.decoupled()
+        except InferenceServerException as err:
+            raise ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error") from err
         return gw.stream(body, first, rest, decoupled, began)
 
     @app.post("/generate")

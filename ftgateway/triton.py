@@ -93,7 +93,6 @@ class Triton:
     def __init__(self, url: str, timeout_s: float) -> None:
         self.url, self.timeout = url, timeout_s
         self._client: grpcclient.InferenceServerClient | None = None
-        self._decoupled: bool | None = None
 
     @property
     def client(self) -> grpcclient.InferenceServerClient:
@@ -119,11 +118,11 @@ class Triton:
         return True, "ready"
 
     async def decoupled(self) -> bool:
-        if self._decoupled is None:
-            config = await self.client.get_model_config("fastertransformer", as_json=True, client_timeout=10)
-            policy = config.get("config", {}).get("model_transaction_policy", {})
-            self._decoupled = bool(policy.get("decoupled", False))
-        return self._decoupled
+        """Asked on every request (one local gRPC call): a restarted tritonserver may serve the
+        model in the other mode without the gateway restarting."""
+        config = await self.client.get_model_config("fastertransformer", as_json=True, client_timeout=10)
+        policy = config.get("config", {}).get("model_transaction_policy", {})
+        return bool(policy.get("decoupled", False))
 
     async def tokenize(self, prompt: str, stop: list[str], max_tokens: int) -> Tokens:
         inputs = [
@@ -165,7 +164,11 @@ class Triton:
     async def generate(self, tokens: Tokens, max_tokens: int, params: Sampling) -> AsyncIterator[Step]:
         """The sequence so far, once per step the model answers (once in all unless decoupled)."""
         inputs = self._ft_inputs(tokens, max_tokens, params)
-        if not await self.decoupled():
+        try:
+            decoupled = await self.decoupled()
+        except InferenceServerException:
+            decoupled = False  # the inference below reports what is wrong
+        if not decoupled:
             result = await self.client.infer("fastertransformer", inputs, client_timeout=self.timeout)
             yield _step(result)
             return
