@@ -8,10 +8,12 @@ A clean `git clone` of HEAD goes into it, and `make lab` runs there verbatim. So
 the lab needs (git-lfs, python3-venv, debootstrap, Docker, ...) must come from the project's own
 setup: a missing install step fails here, whatever this machine has.
 
-Then, inside it: the printed completion must be words and equal what transformers' generate()
-makes of the same model and prompt; a second `make lab` changes nothing and takes under two
-minutes; check mode previews a GPU change on one host without changing it; `make lab-down`
-leaves no lab container and no lab sources. Hosts inside are reached through `docker exec`,
+Then, inside it: the printed completion (asked through HAProxy and the gateways with the OpenAI
+API) must be words and equal what transformers' generate() makes of the same model and prompt; a
+second `make lab` changes nothing and takes under two minutes; a one-host change drains, restarts
+and returns exactly that host; the front wants a key and streams the same text; a rollout over
+both hosts under load drops no request; check mode previews a GPU change on one host without
+changing it; `make lab-down` leaves no lab container and no lab sources. Hosts inside are reached through `docker exec`,
 services on their loopback only."""
 
 from __future__ import annotations
@@ -191,7 +193,7 @@ def one_hosts_batch_size_changes_exactly_its_config_unit_and_restart(stages: lis
         ("triton_server", "configure | Write triton-tiny-gpt2.service", False),
         ("lb_member", "Drain this host in the load balancers", True),
         ("triton_server", "Restart tritonserver", True),
-        ("lb_ready", "Put this host back into model_tiny-gpt2 on each load balancer", False),
+        ("lb_ready", "Put this host back on each load balancer, in model_tiny-gpt2", False),
     ], changed["changes"]
 
 
