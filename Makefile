@@ -10,7 +10,7 @@ export PATH := $(BIN):$(PATH)
 # One scenario: make molecule SCENARIO=git_lfs
 SCENARIO ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help tools setup lock lint unit harness molecule fresh-test test lab lab-down clean
+.PHONY: help tools setup lock lint unit harness molecule fresh-test test lab bench lab-down clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -59,6 +59,9 @@ test: lint unit molecule fresh-test  ## everything a reviewer runs, in that orde
 
 lab: harness  ## bring up the local lab fleet and serve a tiny model (README)
 	scripts/lab up
+
+bench: lab  ## the lab, then the serving benchmark: each layer's latency and throughput (docs/performance.md)
+	ftfleet bench
 
 lab-down: setup  ## remove everything `make lab` created
 	scripts/lab down

@@ -3,8 +3,10 @@
     ftfleet plan   [--diffs]     check mode with diff: what would change, per host and stage
     ftfleet apply                site.yml: live view per host, then what changed
     ftfleet status [--interval]  each host's model, commit, tp, GPUs, image, unit, health, traffic
+    ftfleet bench  [options]     the serving benchmark per layer (HAProxy, gateway, Triton,
+                                 transformers in one process); its own options: ftfleet bench --help
 
-Options of every command (after it): -i INVENTORY (default: ansible.cfg's, the lab),
+Options of plan, apply and status (after the command): -i INVENTORY (default: ansible.cfg's, the lab),
 -l/--limit, -t/--tags, -e/--extra-vars (repeatable), --runs-dir. Every run leaves
 runs/<time>-<command>/ with ansible-runner's artifacts, report.json and summary.md.
 
@@ -55,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("apply", parents=[common], help="run site.yml with a live view, then report what changed")
     status = commands.add_parser("status", parents=[common], help="each host's serving state and traffic")
     status.add_argument("--interval", type=float, default=2.0, help="seconds between the two metric samples")
+    bench = commands.add_parser("bench", add_help=False, help="the serving benchmark: each layer's latency and "
+                                "throughput (ftfleet bench --help)")  # fmt: skip
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     return top
 
 
@@ -169,7 +174,10 @@ def status_table(run_dir: Path) -> tuple[Table, list[dict[str, Any]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    args, rest = top.parse_known_args(argv)
+    if rest and args.command != "bench":  # only bench takes options of its own (serving_bench's)
+        top.error(f"unrecognized arguments: {' '.join(rest)}")
     console = Console(soft_wrap=True)  # lines as they are: notes and diffs stay greppable in logs
     if args.command == "plan":
         run, runner, run_dir = execute(args, "site.yml", cmdline(args, "--check", "--diff"), "ftfleet plan", console)
@@ -182,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "apply":
         run, runner, run_dir = execute(args, "site.yml", cmdline(args), "ftfleet apply", console)
         return finish(run, runner, run_dir, console, command="apply")
+    if args.command == "bench":
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        from benchmarks import serving_bench  # noqa: PLC0415 - heavy imports only for this command
+
+        return serving_bench.main(rest + args.bench_args)
     words = cmdline(args, "-e", json.dumps({"fleet_status_interval": args.interval}))
     run, runner, run_dir = execute(args, "playbooks/status.yml", words, "ftfleet status", console)
     table, rows = status_table(run_dir)

@@ -113,8 +113,12 @@ def ftfleet(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_help_and_usage_errors():
     done = ftfleet("--help")
     assert done.returncode == 0
-    for word in ("plan", "apply", "status", "Exit codes", "runs/"):
+    for word in ("plan", "apply", "status", "bench", "Exit codes", "runs/"):
         assert word in done.stdout
+    bench = ftfleet("bench", "--help")  # serving_bench's own options pass through
+    assert bench.returncode == 0, bench.stderr
+    assert "--concurrency" in bench.stdout
+    assert "HAProxy" in bench.stdout
     assert ftfleet("apply", "--no-such-option").returncode == 64
     assert ftfleet().returncode == 64
 

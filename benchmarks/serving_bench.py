@@ -1,0 +1,221 @@
+"""Benchmark the serving path layer by layer: latency (p50, p95, p99), time to the first token
+and throughput at several concurrencies, through HAProxy, through one gateway, and straight to
+tritonserver (the ensemble over gRPC streaming); and, as the tutorial's "before", transformers'
+generate() in one process on the same machine.
+
+    ftfleet bench                      # the lab (make lab first); make bench does both
+    ftfleet bench --front http://lb-01:8090 --gateway http://gpu-a100-01:8080 \\
+        --triton-grpc gpu-a100-01:8001 --key "$KEY" --model kogpt --no-baseline
+
+Every request streams (stream: true, greedy, the same prompt and max_tokens), so the first text
+chunk gives the time to the first token and the last the latency. Writes the numbers as JSON, a
+Markdown table and a PNG plot (--out). Requests stay bounded: --requests per target and level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import queue
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB_KEY = "ftf-lab-key-not-a-secret-0001"  # inventories/lab/group_vars/gpu_hosts/gateway.yml
+
+
+def openai_request(url: str, key: str, model: str, prompt: str, tokens: int) -> Callable[[], tuple[float, float]]:
+    """One streamed completion through an OpenAI-compatible endpoint: (first text, end) in seconds."""
+    body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True}
+    headers = {"Authorization": f"Bearer {key}"}
+
+    def call() -> tuple[float, float]:
+        began, first = time.perf_counter(), None
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers, timeout=300) as answer:
+            answer.raise_for_status()
+            for line in answer.iter_lines():
+                if first is None and line.startswith("data: {") and '"text": ""' not in line:
+                    first = time.perf_counter() - began
+        return (first if first is not None else time.perf_counter() - began), time.perf_counter() - began
+
+    return call
+
+
+def triton_request(address: str, prompt: str, tokens: int) -> Callable[[], tuple[float, float]]:
+    """One request to the ensemble over gRPC streaming (decoupled models answer only so)."""
+    import tritonclient.grpc as grpcclient  # noqa: PLC0415 - only this layer needs it
+
+    local = threading.local()
+
+    def call() -> tuple[float, float]:
+        if not hasattr(local, "client"):
+            local.answers = queue.Queue()
+            local.client = grpcclient.InferenceServerClient(address)
+            local.client.start_stream(callback=lambda result, error: local.answers.put((result, error)))
+        inputs = []
+        for name, value, dtype in (("INPUT_0", prompt.encode(), object), ("INPUT_1", tokens, np.uint32),
+                                   ("INPUT_2", b"", object), ("INPUT_3", b"", object)):  # fmt: skip
+            tensor = grpcclient.InferInput(name, [1, 1], "BYTES" if dtype is object else "UINT32")
+            tensor.set_data_from_numpy(np.array([[value]], dtype=dtype))
+            inputs.append(tensor)
+        began, first = time.perf_counter(), None
+        local.client.async_stream_infer("ensemble", inputs, enable_empty_final_response=True)
+        while True:
+            result, error = local.answers.get(timeout=300)
+            if error is not None:
+                raise RuntimeError(str(error))
+            final = result.get_response().parameters.get("triton_final_response")
+            if first is None and result.as_numpy("OUTPUT_0") is not None:
+                first = time.perf_counter() - began
+            if final is not None and final.bool_param:
+                return (first or time.perf_counter() - began), time.perf_counter() - began
+
+    return call
+
+
+def run_level(call: Callable[[], tuple[float, float]], concurrency: int, requests: int) -> dict:
+    """`requests` calls from `concurrency` threads; percentiles over the calls, throughput over the wall."""
+    todo, lock, samples, errors = list(range(requests)), threading.Lock(), [], []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                todo.pop()
+            try:
+                samples.append(call())
+            except Exception as err:  # counted and reported; the level goes on
+                errors.append(f"{type(err).__name__}: {err}")
+
+    began = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - began
+    latency = sorted(s[1] for s in samples)
+    first = sorted(s[0] for s in samples)
+    pct = lambda xs, p: round(1000 * float(np.percentile(xs, p)), 1) if xs else None  # noqa: E731
+    return {"concurrency": concurrency, "requests": len(samples), "errors": len(errors), "error_kinds": errors[:3],
+            "p50_ms": pct(latency, 50), "p95_ms": pct(latency, 95), "p99_ms": pct(latency, 99),
+            "ttft_p50_ms": pct(first, 50), "requests_per_s": round(len(samples) / wall, 2)}  # fmt: skip
+
+
+def baseline(checkpoint: Path, prompt: str, tokens: int, requests: int) -> dict:
+    """The tutorial's before: transformers' greedy generate() in this process, one request at a time."""
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    ids = torch.tensor([tokenizer.encode(prompt)])
+    times = []
+    with torch.no_grad():
+        for _ in range(requests):
+            began = time.perf_counter()
+            model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                           pad_token_id=tokenizer.eos_token_id)  # fmt: skip
+            times.append(time.perf_counter() - began)
+    times.sort()
+    return {"concurrency": 1, "requests": len(times), "errors": 0, "error_kinds": [],
+            "p50_ms": round(1000 * statistics.median(times), 1),
+            "p95_ms": round(1000 * float(np.percentile(times, 95)), 1),
+            "p99_ms": round(1000 * float(np.percentile(times, 99)), 1), "ttft_p50_ms": None,
+            "requests_per_s": round(len(times) / sum(times), 2)}  # fmt: skip
+
+
+def lab_checkpoint(work: Path) -> Path:
+    """The lab's model as `make lab` published it (a git repository with LFS objects)."""
+    checkout = work / "tiny-gpt2"
+    subprocess.run(["git", "clone", "-q", "file:///var/tmp/ftfleet-lab/tiny-gpt2.git", str(checkout)], check=True)
+    return checkout
+
+
+def write(results: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "serving.json").write_text(json.dumps(results, indent=2) + "\n")
+    rows = ["| layer | concurrency | requests | errors | p50 ms | p95 ms | p99 ms | first token p50 ms | requests/s |",
+            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for layer, levels in results["layers"].items():
+        for r in levels:
+            first = r["ttft_p50_ms"] if r["ttft_p50_ms"] is not None else "-"
+            rows.append(f"| {layer} | {r['concurrency']} | {r['requests']} | {r['errors']} | {r['p50_ms']} | "
+                        f"{r['p95_ms']} | {r['p99_ms']} | {first} | {r['requests_per_s']} |")  # fmt: skip
+    (out / "serving.md").write_text("\n".join(rows) + "\n")
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for layer, levels in results["layers"].items():
+        xs = [r["concurrency"] for r in levels]
+        left.plot(xs, [r["p50_ms"] for r in levels], marker="o", label=layer)
+        right.plot(xs, [r["requests_per_s"] for r in levels], marker="o", label=layer)
+    for axis, title in ((left, "p50 latency (ms)"), (right, "throughput (requests/s)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("concurrent clients")
+        axis.set_title(title)
+        axis.grid(True, alpha=0.3)
+    left.legend(fontsize=8)
+    fig.suptitle(f"{results['model']}, {results['tokens']} tokens, greedy, streamed ({results['machine']})")
+    fig.tight_layout()
+    fig.savefig(out / "serving.png", dpi=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ftfleet bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--front", default="http://127.0.0.1:18500", help="HAProxy's frontend ('' to skip)")
+    parser.add_argument("--gateway", default="http://127.0.0.1:18080", help="one host's gateway ('' to skip)")
+    parser.add_argument("--triton-grpc", default="127.0.0.1:18001", help="that host's tritonserver gRPC ('' to skip)")
+    parser.add_argument("--key", default=LAB_KEY)
+    parser.add_argument("--model", default="tiny-gpt2")
+    parser.add_argument("--prompt", default="Every role")
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--concurrency", default="1,4,16")
+    parser.add_argument("--requests", type=int, default=48, help="requests per layer and concurrency")
+    parser.add_argument("--no-baseline", action="store_true", help="skip transformers' generate() in this process")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "bench"))
+    args = parser.parse_args(argv)
+    levels = [int(c) for c in args.concurrency.split(",")]
+    layers: dict[str, Callable[[], tuple[float, float]]] = {}
+    if args.front:
+        layers["HAProxy -> gateway -> Triton"] = openai_request(
+            args.front, args.key, args.model, args.prompt, args.tokens
+        )
+    if args.gateway:
+        layers["gateway -> Triton"] = openai_request(args.gateway, args.key, args.model, args.prompt, args.tokens)
+    if args.triton_grpc:
+        layers["Triton (ensemble, gRPC)"] = triton_request(args.triton_grpc, args.prompt, args.tokens)
+    machine = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores"
+    results = {"model": args.model, "tokens": args.tokens, "prompt": args.prompt, "date": time.strftime("%Y-%m-%d"),
+               "machine": machine, "layers": {}}  # fmt: skip
+    for name, call in layers.items():
+        call()  # warm up (connections, the model's first pass)
+        results["layers"][name] = [run_level(call, c, max(args.requests, c)) for c in levels]
+        print(json.dumps({name: results["layers"][name]}))
+    if not args.no_baseline:
+        with tempfile.TemporaryDirectory() as work:
+            results["layers"]["transformers generate(), one process"] = [
+                baseline(lab_checkpoint(Path(work)), args.prompt, args.tokens, min(args.requests, 16))
+            ]
+    write(results, Path(args.out))
+    print(f"serving_bench: wrote {args.out}/serving.json, serving.md, serving.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
