@@ -73,17 +73,19 @@ class Front:
         return r, [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
 
 
-def _gateway(settings: dict, work: Path) -> tuple[subprocess.Popen, str]:
+def _gateway(settings: dict, work: Path, *tls: str) -> tuple[subprocess.Popen, str]:
+    """`python -m ftgateway` on a free port of 127.0.0.1 (with --ssl-certfile/--ssl-keyfile if tls)."""
     config = work / f"gateway-{free_port()}.json"
     config.write_text(json.dumps(settings))
     port = free_port()
     log = (work / f"gateway-{port}.log").open("w")
-    proc = subprocess.Popen([str(BIN / "python"), "-m", "ftgateway", "--config", str(config), "--port", str(port)],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
+    extra = ["--ssl-certfile", tls[0], "--ssl-keyfile", tls[1]] if tls else []
+    proc = subprocess.Popen([str(BIN / "python"), "-m", "ftgateway", "--config", str(config), "--port", str(port),
+                             *extra], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    url, deadline = f"{'https' if tls else 'http'}://127.0.0.1:{port}", time.monotonic() + 60
     while True:
         try:
-            httpx.get(url + "/metrics", timeout=2)
+            httpx.get(url + "/metrics", timeout=2, verify=tls[0] if tls else True)
             return proc, url
         except httpx.TransportError:
             assert proc.poll() is None, (work / f"gateway-{port}.log").read_text()
@@ -288,6 +290,26 @@ def test_without_tritonserver_health_says_so_and_requests_get_a_server_error(tmp
                             headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
         assert answer.status_code in (502, 503), answer.text
         assert answer.json()["error"]["type"] == "server_error"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_with_a_certificate_the_gateway_serves_https_only(tmp_path):
+    cert, key = tmp_path / "gw.pem", tmp_path / "gw.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)  # fmt: skip
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": [{"name": "one", "sha256": hash_key(KEY)}]}))
+    settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{free_port()}", "keys_file": str(keys)}
+    proc, url = _gateway(settings, tmp_path, str(cert), str(key))
+    try:
+        assert url.startswith("https://")
+        listed = httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}, verify=str(cert), timeout=10)
+        assert listed.json()["data"][0]["id"] == MODEL  # over TLS, verified against the certificate
+        with pytest.raises(httpx.TransportError):
+            httpx.get(url.replace("https://", "http://") + "/v1/models", timeout=5)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
