@@ -28,6 +28,7 @@ from configs import GPT2
 pytestmark = pytest.mark.docker
 HOST = "ftfleet-token-host"
 TOKEN = "hf_TOKENtestNEVERtoLEAK9f8e7d6c5b4a"
+API_KEY = "ftf-api-key-NEVERtoLEAK-0123456789"
 HEADER_SHA = hashlib.sha256(f"Authorization: Bearer {TOKEN}\n".encode()).hexdigest()
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -93,6 +94,8 @@ def test_the_token_reaches_git_and_appears_nowhere_else(world, tmp_path):
                         "source": {"url": world["url"], "revision": "main", "token_required": True}},
         "fleet_hf_token": TOKEN, "fleet_require_gpus": False, "fleet_data_root": "/srv/ftfleet",
         "preflight_config_cache": str(tmp_path / "cache"),
+        # the serving front's API keys are secrets of the same kind: checked by preflight, never shown
+        "fleet_api_keys": [{"name": "token-test", "key": API_KEY}],
     }))  # fmt: skip
     snapshots = tmp_path / "controller-snapshots.log"
     path = f"{FIXTURES / 'git-snapshot'}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}"
@@ -104,6 +107,7 @@ def test_the_token_reaches_git_and_appears_nowhere_else(world, tmp_path):
     assert result.returncode == 0, out[-5000:]
     assert "EXEC" in out  # -vvv: every command Ansible ran is in the output
     assert TOKEN not in out
+    assert API_KEY not in out
 
     # git got the header, from the controller and from the host, and the servers let it in.
     controller = snapshots.read_text()
