@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -184,22 +185,11 @@ class Model:
             return last @ w("model.lm_head.weight").T
         return last @ w("model.wte").T  # gpt, bloom: tied embedding
 
-    def generate(
-        self,
-        ids: list[int],
-        max_new_tokens: int,
-        *,
-        top_k: int = 1,
-        top_p: float = 0.0,
-        temperature: float = 1.0,
-        seed: int = 0,
-        end_id: int | None = None,
-        stop: list[list[int]] | None = None,
-    ) -> list[int]:
+    def generate(self, ids: list[int], max_new_tokens: int, **sampling: Any) -> list[int]:
         """New tokens after `ids`: greedy when top_k is 1 and top_p 0, else sampled with `seed`.
-        Stops after end_id or a stop sequence (both included), like the FT backend."""
-        return list(self.stream(ids, max_new_tokens, top_k=top_k, top_p=top_p, temperature=temperature,
-                                seed=seed, end_id=end_id, stop=stop))  # fmt: skip
+        Stops after end_id or a stop sequence (both included), like the FT backend. The sampling
+        keywords are stream()'s."""
+        return list(self.stream(ids, max_new_tokens, **sampling))
 
     def stream(
         self,
