@@ -166,8 +166,9 @@ def test_unsupported_os_is_refused(lab):
         )
         extra = lab["root"] / "bullseye.json"
         gpt2 = {"name": "gpt2", "family": "gpt", "source": {"url": lab["sources"]["gpt2"], "revision": "main"}}
+        keys = [{"name": "test", "key": "ftf-test-key-000000000001"}]
         extra.write_text(json.dumps({"preflight_config_cache": str(lab["root"] / "cache"), "fleet_model": gpt2,
-                                     "fleet_api_keys": [{"name": "test", "key": "ftf-test-key-000000000001"}]}))
+                                     "fleet_api_keys": keys}))  # fmt: skip
         result = run_playbook("playbooks/preflight.yml", "-i", inventory, "-e", f"@{extra}")
         out = result.stdout + result.stderr
         assert result.returncode != 0, out
