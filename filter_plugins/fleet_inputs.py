@@ -198,7 +198,50 @@ def _fleet_problems(v: Mapping[str, Any]) -> list[str]:
         problems.append("fleet_extra_ca_certificates: must be a list of PEM texts or paths")
     if v.get("fleet_model") not in ({}, None):  # {}: a host that serves no model
         problems += fleet_model_problems(v["fleet_model"])
-    problems += _serve_batch_problems(v)
+    problems += _serve_batch_problems(v) + _registry_problems(v)
+    return problems
+
+
+REGISTRY = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._/-][a-z0-9]+)*)?")
+
+
+def _registry_problems(v: Mapping[str, Any]) -> list[str]:
+    """fleet_registry and its credentials and CA (the password is never shown)."""
+    registry, user = v.get("fleet_registry", ""), v.get("fleet_registry_username", "")
+    password, ca = v.get("fleet_registry_password", ""), v.get("fleet_registry_ca_certificate", "")
+    problems = []
+    if not isinstance(registry, str) or (registry and not REGISTRY.fullmatch(registry)):
+        hint = " without the scheme" if isinstance(registry, str) and "://" in registry else ""
+        problems.append(
+            f"fleet_registry={_show(registry)}: must be host[:port][/path]{hint} in lower case, as docker names "
+            "images; fix: e.g. registry.example.com:5000/ftfleet, or empty for no registry"
+        )
+    elif registry and not 0 < int([*registry.split("/")[0].split(":"), "443"][1]) < 65536:
+        problems.append(f"fleet_registry={_show(registry)}: the port must be 1-65535")
+    if not isinstance(user, str) or re.search(r"\s|:", user):
+        problems.append(f"fleet_registry_username={_show(user)}: must be one word without ':'")
+    if not isinstance(password, str) or "\n" in password:
+        problems.append("fleet_registry_password: must be one line of text; fix: the vault file")
+    elif bool(user) != bool(password):
+        problems.append(
+            "fleet_registry_username and fleet_registry_password: set both (basic auth) or neither; "
+            "fix: the vault file holds the password"
+        )
+    if (user or password) and not registry:
+        problems.append("fleet_registry_username: credentials without fleet_registry; fix: set fleet_registry")
+    if not isinstance(ca, str) or (ca and "-----BEGIN CERTIFICATE-----" not in ca):
+        problems.append(
+            "fleet_registry_ca_certificate: must be the PEM text of a CA certificate (-----BEGIN CERTIFICATE-----); "
+            "fix: e.g. \"{{ lookup('file', 'files/registry-ca.pem') }}\", or empty for the hosts' own trust"
+        )
+    insecure = v.get("fleet_registry_insecure", False)
+    if not isinstance(insecure, bool):
+        problems.append(f"fleet_registry_insecure={_show(insecure)}: must be true or false, unquoted")
+    elif insecure and ca:
+        problems.append(
+            "fleet_registry_insecure: true with fleet_registry_ca_certificate: a plain-HTTP registry has no "
+            "certificate; fix: drop one of them"
+        )
     return problems
 
 

@@ -150,6 +150,19 @@ def test_container_sms_refuses_unknown_versions(bad):
         ("token with a line break", {"fleet_hf_token": "hf_abc\n"}, A100, "fleet_hf_token: must be one word"),
         ("serve serial", {"fleet_serve_serial": "0"}, A100, "fleet_serve_serial='0': must be a number >= 1"),
         ("max fail", {"fleet_serve_max_fail_percentage": 150}, A100, "fleet_serve_max_fail_percentage=150"),
+        ("registry with a scheme", {"fleet_registry": "https://registry.example.com"}, A100,
+         "fleet_registry='https://registry.example.com': must be host[:port][/path] without the scheme"),
+        ("registry in capitals", {"fleet_registry": "Registry.example.com/ftfleet"}, A100,
+         "fleet_registry='Registry.example.com/ftfleet': must be host[:port][/path] in lower case"),
+        ("registry port", {"fleet_registry": "registry:70000"}, A100, "fleet_registry='registry:70000': the port"),
+        ("registry user alone", {"fleet_registry": "registry:5000", "fleet_registry_username": "ci"}, A100,
+         "fleet_registry_username and fleet_registry_password: set both (basic auth) or neither"),
+        ("registry credentials alone", {"fleet_registry_username": "ci", "fleet_registry_password": "pw"}, A100,
+         "fleet_registry_username: credentials without fleet_registry"),
+        ("registry insecure quoted", {"fleet_registry": "registry:5000", "fleet_registry_insecure": "true"}, A100,
+         "fleet_registry_insecure='true': must be true or false, unquoted"),
+        ("registry CA not PEM", {"fleet_registry": "registry:5000", "fleet_registry_ca_certificate": "/etc/ca.pem"},
+         A100, "fleet_registry_ca_certificate: must be the PEM text of a CA certificate"),
     ],
     ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None,
 )  # fmt: skip
@@ -161,6 +174,19 @@ def test_each_bad_input_is_named_with_its_fix(case, change, facts, problem):
 def test_the_token_never_appears_in_a_problem():
     problems = fleet_input_problems({**GOOD, "fleet_hf_token": "hf_secret value"}, A100)
     assert problems == ["fleet_hf_token: must be one word without spaces or line breaks; fix: the vault file"]
+
+
+def test_the_registry_password_never_appears_in_a_problem():
+    change = {"fleet_registry": "registry:5000", "fleet_registry_password": "s3cret\nline"}
+    problems = fleet_input_problems({**GOOD, **change}, A100)
+    assert problems == ["fleet_registry_password: must be one line of text; fix: the vault file"]
+    good = {
+        "fleet_registry": "registry.example.com:5000/ftfleet",
+        "fleet_registry_username": "ci",
+        "fleet_registry_password": "s3cret",
+        "fleet_registry_ca_certificate": "-----BEGIN CERTIFICATE-----\n...",
+    }
+    assert fleet_input_problems({**GOOD, **good}, A100) == []
 
 
 def test_every_problem_at_once():
