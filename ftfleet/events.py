@@ -56,6 +56,7 @@ class HostState:
     skipped: int = 0
     unreachable: bool = False
     done: bool = False
+    running: bool = False  # a task of this host runs now (false between its tasks, and while other hosts run)
     stages: list[str] = field(default_factory=list)  # the stages the host ran, in order
 
 
@@ -74,7 +75,7 @@ def _says_something(data: Mapping[str, Any], res: Mapping[str, Any]) -> bool:
     message = str(res.get("msg") or "")
     if action == "debug":
         return bool(message)
-    return action == "assert" and bool(message) and message != "All assertions passed"
+    return action == "assert" and bool(message) and message not in ("All assertions passed", "All items completed")
 
 
 def _message(res: Mapping[str, Any]) -> str:
@@ -108,11 +109,12 @@ class Run:
             self.in_handlers = kind == "playbook_on_handler_task_start" or bool(data.get("is_conditional"))
         elif kind == "runner_on_start":
             state = self.host(data["host"])
-            state.stage, state.task, state.started, state.progress = (
+            state.stage, state.task, state.started, state.progress, state.running = (
                 self.stage,
                 data.get("task", ""),
                 time.monotonic(),
                 "",
+                True,
             )
             if self.stage not in state.stages:
                 state.stages.append(self.stage)
@@ -136,6 +138,7 @@ class Run:
 
     def _result(self, kind: str, data: Mapping[str, Any], stdout: str = "") -> None:
         state, res = self.host(data["host"]), data.get("res") or {}
+        state.running = False
         if "censored" in res:
             # no_log hides the whole result, `changed` included; the event's own line still says it.
             res = {**res, "changed": re.sub(r"\x1b\[[0-9;]*m", "", stdout).lstrip().startswith("changed:")}

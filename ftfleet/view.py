@@ -20,17 +20,24 @@ def live(run: Run, title: str) -> Table:
     """Each host: its stage, the task it runs now and for how long, a long step's own progress,
     and its counts so far."""
     table = Table(title=f"{title}  {_elapsed(time.monotonic() - run.began)}", title_justify="left", expand=True)
+    # Short columns keep their width; the task and a long step's progress share the rest, cut short.
+    widths = {"host": max([len(h) for h in run.hosts] + [4]), "stage": 9, "task": 20, "for": 5, "ok": 4, "changed": 7,
+              "failed": 6}  # fmt: skip
     for column, style in (("host", "bold"), ("stage", "cyan"), ("task", ""), ("for", "dim"), ("progress", "magenta"),
                           ("ok", "green"), ("changed", "yellow"), ("failed", "red")):  # fmt: skip
-        table.add_column(column, style=style, no_wrap=column != "progress", overflow="ellipsis")
+        table.add_column(column, style=style, no_wrap=True, overflow="ellipsis", min_width=widths.get(column),
+                         max_width=48 if column == "progress" else None,
+                         ratio={"task": 3, "progress": 2}.get(column))  # fmt: skip
     for name, state in sorted(run.hosts.items()):
         if state.unreachable or state.failed:
             status = Text("unreachable" if state.unreachable else "failed", style="bold red")
         elif state.done:
             status = Text("done", style="bold green")
-        else:
+        elif state.running:
             status = Text(state.task)
-        took = "" if state.done else _elapsed(time.monotonic() - state.started)
+        else:  # its last task ended; the play waits for other hosts, or the host has no part in it
+            status = Text(f"waiting (last: {state.task})", style="dim")
+        took = _elapsed(time.monotonic() - state.started) if state.running else ""
         table.add_row(name, state.stage, status, took, state.progress, str(state.ok), str(state.changed),
                       str(state.failed))  # fmt: skip
     return table

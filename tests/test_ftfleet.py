@@ -39,6 +39,10 @@ PLAY = """
     - name: Check quietly
       ansible.builtin.assert:
         that: true
+    - name: Check each item quietly
+      ansible.builtin.assert:
+        that: item > 0
+      loop: [1, 2]
     - name: Poll a long step
       ansible.builtin.shell: |
         echo "built step $(wc -l < {{ tmp }}/{{ inventory_hostname }})"
@@ -94,7 +98,7 @@ def test_a_run_is_counted_from_its_events(tmp_path):
     assert {"host": "h1", "stage": "Demo stage", "message": "hello from h1"} in run.notes
     # An assert's own success_msg is a note (the gate's "lab-node1 answers ..."); Ansible's default is not.
     assert {"host": "h2", "stage": "Demo stage", "message": "h2 passes"} in run.notes
-    assert not [n for n in run.notes if "All assertions passed" in n["message"]]
+    assert not [n for n in run.notes if n["message"] in ("All assertions passed", "All items completed")]
     # A long step shows its own progress: the try and the last line it printed, not a retry line.
     assert ("h1", "try 1/6: built step 0") in seen  # Ansible counts the first try too: 5 retries, 6 tries
     assert ("h1", "try 2/6: built step 1") in seen
@@ -102,6 +106,27 @@ def test_a_run_is_counted_from_its_events(tmp_path):
     assert report["hosts"]["h2"]["failed"] == 1
     assert report["changes"][2] == {"host": "h1", "stage": "Demo stage", "role": "", "task": "Restart it",
                                     "duration": report["changes"][2]["duration"], "handler": True}  # fmt: skip
+
+
+def test_the_live_view_shows_what_runs_and_who_waits():
+    from rich.console import Console  # noqa: PLC0415
+
+    def shown(run: Run) -> str:
+        console = Console(record=True, width=160, file=open(os.devnull, "w"))  # noqa: SIM115
+        console.print(view.live(run, "apply"))
+        return console.export_text()
+
+    run = Run(stages={})
+    run.handle({"event": "runner_on_start", "event_data": {"host": "h1", "task": "Build the image"}})
+    run.handle({"event": "runner_retry", "event_data": {"host": "h1", "res": {"attempts": 2, "retries": 9,
+                "stdout_lines": ["Step 3/7 : RUN make " + "-j" * 100]}}})  # fmt: skip
+    text = shown(run)
+    assert "Build the image" in text
+    assert "try 2/9: Step 3/7 : RUN make" in text
+    assert len([line for line in text.splitlines() if "h1" in line]) == 1  # a long progress line stays one row
+    run.handle({"event": "runner_on_ok", "event_data": {"host": "h1", "task": "Build the image",
+                                                         "res": {"changed": True}}})  # fmt: skip
+    assert "waiting (last: Build the image)" in shown(run)
 
 
 def ftfleet(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
