@@ -59,9 +59,9 @@ def triton_request(address: str, prompt: str, tokens: int) -> Callable[[], tuple
 
     def call() -> tuple[float, float]:
         if not hasattr(local, "client"):
-            local.answers = queue.Queue()
-            local.client = grpcclient.InferenceServerClient(address)
-            local.client.start_stream(callback=lambda result, error: local.answers.put((result, error)))
+            answers: queue.Queue = queue.Queue()  # filled on the stream's own thread, where `local` is empty
+            local.answers, local.client = answers, grpcclient.InferenceServerClient(address)
+            local.client.start_stream(callback=lambda result, error: answers.put((result, error)))
         inputs = []
         for name, value, dtype in (("INPUT_0", prompt.encode(), object), ("INPUT_1", tokens, np.uint32),
                                    ("INPUT_2", b"", object), ("INPUT_3", b"", object)):  # fmt: skip
