@@ -184,10 +184,13 @@ def test_sampling_parameters_reach_the_model(front):
 
 def test_a_stop_sequence_ends_the_completion_early(front):
     whole = front.complete(max_tokens=20, temperature=0)["choices"][0]["text"]
-    # A token of the greedy answer whose text encodes back to that one token: the model matches
-    # stop words by tokens (a byte-level BPE encodes " word" and "word" differently).
-    tok, ids = front.tokenizer, front.tokenizer.encode(PROMPT + whole)[len(front.tokenizer.encode(PROMPT)) :]
-    position, stop = next((i, tok.decode([t])) for i, t in enumerate(ids) if i >= 2
+    # The tokens the model generated (the stand-in's own greedy decoding; encoding the text again
+    # may split it otherwise). Pick one, first of its kind, whose text encodes back to that one
+    # token: the model matches stop words by tokens (" word" and "word" differ in byte-level BPE).
+    tok, prompt_ids = front.tokenizer, front.tokenizer.encode(PROMPT)
+    ids = load(front.shards).generate(prompt_ids, 20, end_id=tok.eos_token_id)
+    assert PROMPT + whole == tok.decode(prompt_ids + ids)
+    position, stop = next((i, tok.decode([t])) for i, t in enumerate(ids) if i >= 2 and ids.index(t) == i
                           and tok.encode(tok.decode([t])) == [t] and tok.decode([t]).strip().isalnum())  # fmt: skip
     answer = front.complete(max_tokens=20, temperature=0, stop=[stop])
     choice = answer["choices"][0]
