@@ -10,10 +10,10 @@ export PATH := $(BIN):$(PATH)
 # One scenario: make molecule SCENARIO=git_lfs
 SCENARIO ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help tools setup lock lint unit harness molecule fresh-test test lab bench lab-down clean
+.PHONY: help tools setup lock lint unit harness molecule fresh-test test lab bench registry-bench lab-down clean
 
 help:  ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 tools:  ## the programs the targets run that a bare Debian 12 may lack (git-lfs, python3-venv, ...)
 	scripts/ensure-tools
@@ -62,6 +62,9 @@ lab: harness  ## bring up the local lab fleet and serve a tiny model (README)
 
 bench: lab  ## the lab, then the serving benchmark: each layer's latency and throughput (docs/performance.md)
 	ftfleet bench
+
+registry-bench: harness  ## the images and models stages on 1, 2 and 4 hosts, without and with a registry (docs/performance.md)
+	$(BIN)/python scripts/registry-bench
 
 lab-down: setup  ## remove everything `make lab` created
 	scripts/lab down

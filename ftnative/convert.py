@@ -122,14 +122,23 @@ def publish(build: Path, final: Path) -> None:
 
 def _model_params(ckpt_dir: str | Path, family: str, tp: int, weight_dtype: str) -> dict:
     """The FT parameters of the checkpoint, or ConversionError when it cannot be converted as asked."""
+    try:
+        config = Checkpoint(ckpt_dir).config
+    except (CheckpointError, OSError, ValueError) as err:
+        raise ConversionError(str(err)) from None
+    return model_params_from_config(config, family, tp, weight_dtype)
+
+
+def model_params_from_config(config: dict, family: str, tp: int, weight_dtype: str) -> dict:
+    """The FT parameters of a checkpoint's config.json, or ConversionError when it cannot be converted as asked."""
     if family not in FAMILIES:
         raise ConversionError(f"unknown family {family!r} (valid: {', '.join(sorted(FAMILIES))})")
     fam = FAMILIES[family]
     if weight_dtype not in fam.weight_dtypes:
         raise ConversionError(f"--weight-dtype {weight_dtype}: FT reads {', '.join(fam.weight_dtypes)} for {family}")
     try:
-        params = ft_model_params(Checkpoint(ckpt_dir).config, family)
-    except (CheckpointError, AnsibleFilterError, OSError, ValueError) as err:
+        params = ft_model_params(config, family)
+    except (AnsibleFilterError, ValueError) as err:
         raise ConversionError(str(err)) from None
     problems = ft_parallelism_problems(params, tp, 1, None)
     if problems:
@@ -137,7 +146,7 @@ def _model_params(ckpt_dir: str | Path, family: str, tp: int, weight_dtype: str)
     return params
 
 
-def _new_build(out: Path, tp: int) -> tuple[Path, Path]:
+def new_build(out: Path, tp: int) -> tuple[Path, Path]:
     """Remove builds of killed runs (never published); return OUT/<tp>-gpu and a new, empty
     build directory beside it (OUT/.<tp>-gpu.<stamp>.<random>)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -196,7 +205,7 @@ def adopt(
     if not staged.is_dir():
         raise ConversionError(f"{staged}: the converter wrote no directory here")
     verify(staged, family, params, tp, weight_dtype)
-    final, build = _new_build(Path(out_dir), tp)
+    final, build = new_build(Path(out_dir), tp)
     try:
         build.rmdir()
         os.rename(staged, build)  # same file system: the staging directory lives under OUT_DIR
@@ -222,7 +231,7 @@ def convert(
 ) -> Path:
     """Convert and publish OUT_DIR/<tp>-gpu; return its path."""
     params = _model_params(ckpt_dir, family, tp, weight_dtype)
-    final, build = _new_build(Path(out_dir), tp)
+    final, build = new_build(Path(out_dir), tp)
     started = time.monotonic()
     try:
         (build / "config.ini").write_text(ft_config_ini(params, family, weight_dtype, tp))

@@ -372,16 +372,23 @@ def test_settings_refuse_what_the_gateway_cannot_start_with(settings, message):
         Settings.from_dict(settings)
 
 
-def test_the_hosts_packages_are_pinned_as_the_projects():
-    """roles/gateway/files/requirements.txt: every pin equal to constraints.txt's (same versions
-    on the hosts as in the tests)."""
+@pytest.mark.parametrize(
+    ("requirements", "required"),
+    [
+        ("roles/gateway/files/requirements.txt", {"fastapi", "uvicorn", "tritonclient", "prometheus-client", "numpy"}),
+        ("roles/ft_convert/files/registry-requirements.txt", {"oras", "requests", "jsonschema"}),
+    ],
+)
+def test_the_hosts_packages_are_pinned_as_the_projects(requirements, required):
+    """Every pin of what roles install on hosts equal to constraints.txt's (same versions on the
+    hosts as in the tests)."""
     pins = lambda text: {  # noqa: E731
         line.split("==")[0].split("[")[0].lower().replace("_", "-"): line.split("==")[1]
         for line in text.splitlines() if "==" in line and not line.startswith("#")
     }  # fmt: skip
     host, project = (
-        pins((ROOT / "roles/gateway/files/requirements.txt").read_text()),
+        pins((ROOT / requirements).read_text()),
         pins((ROOT / "constraints.txt").read_text()),
     )
-    assert {"fastapi", "uvicorn", "tritonclient", "prometheus-client", "numpy"} <= set(host)
+    assert required <= set(host)
     assert {name: v for name, v in host.items() if project.get(name) != v} == {}

@@ -1,8 +1,9 @@
-"""A fleet that shares a registry builds each image once: a real Docker Distribution (Debian's
-docker-registry) with TLS from a test CA and basic auth, and a second one on plain HTTP; three
-hosts with Docker inside, two of which need the same FT image. Builds, pushes and pulls are
-counted from the runs' ansible-runner events (ftfleet's own event model), never from text.
-Then the faults: the registry down, a corrupted blob."""
+"""A fleet that shares a registry builds each image once and converts each set of shards once: a
+real Docker Distribution (Debian's docker-registry) with TLS from a test CA and basic auth, and a
+second one on plain HTTP; three hosts with Docker inside, two of which need the same FT image and
+the same shards (a tiny GPT-J at tp 1; the third at tp 2). Builds, conversions, fetches, pushes and
+pulls are counted from the runs' ansible-runner events (ftfleet's own event model), never from
+text. Then the faults: the registry down, a corrupted blob, pushes and pulls killed part-way."""
 
 from __future__ import annotations
 
@@ -27,6 +28,19 @@ PLAIN = ["-e", "fleet_registry=registry.ftfleet.test:5001/ftfleet", "-e", '{"fle
          "-e", "fleet_registry_username=", "-e", "fleet_registry_password=",
          "-e", "fleet_registry_ca_certificate="]  # fmt: skip
 STEPS = {"build": "build | Start the build", "push": "push | Push", "pull": "pull | Pull"}
+MODELS = ["-e", f"@{FIXTURE / 'models-vars.yml'}"]
+MODEL_STEPS = {  # kind -> (role, task name prefix)
+    "fetch": ("model_checkpoint", "fetch | Fetch the revision"),
+    "convert": ("ft_convert", "engine-native | Convert"),
+    "push": ("ft_convert", "push | Push the shards"),
+    "pull": ("ft_convert", "pull | Pull the shards"),
+}
+MODEL_DIR = "/srv/ftfleet/models/tiny/fastertransformer/1"
+CHECKPOINT = "/srv/ftfleet/checkpoints/tiny"
+ARTIFACT = ("cd /srv/ftfleet/tools && PYTHONPATH=ftnative.zip registry-venv/bin/python -m ftnative.artifact "
+            "--ca registry-ca.pem")  # fmt: skip
+CREDENTIALS = '{"username": "fleet", "password": "ftf-registry-test-password"}'
+BLOBS = "/var/lib/docker-registry/docker/registry/v2/blobs/sha256"
 
 
 def sh(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -42,6 +56,9 @@ def fleet():
     shutil.rmtree(SHARED, ignore_errors=True)
     SHARED.mkdir(parents=True)
     platforms = f"@{FIXTURE / 'platforms.yml'}"
+    made = sh(str(BIN / "python"), str(ROOT / "scripts" / "make-tiny-model"), "--family", "gptj", "--name", "tiny-gptj",
+              "--dest", str(SHARED / "models"))  # fmt: skip
+    assert made.returncode == 0, made.stderr[-2000:]
     try:
         created = run_playbook("molecule/resources/create.yml", "-e", platforms)
         assert created.returncode == 0, created.stdout[-3000:]
@@ -53,12 +70,13 @@ def fleet():
         shutil.rmtree(SHARED, ignore_errors=True)
 
 
-def converge(work: Path, *cmdline: str) -> tuple[Run, str]:
-    """The image roles on the three hosts through ansible-runner; the events fill a Run."""
+def converge(work: Path, *cmdline: str, playbook: str = "converge.yml") -> tuple[Run, str]:
+    """The image roles (or another playbook of the fixture) on the three hosts through
+    ansible-runner; the events fill a Run."""
     run = Run(stages={})
     work.mkdir(parents=True, exist_ok=True)
     runner = ansible_runner.run(
-        private_data_dir=str(work), project_dir=str(ROOT), playbook=str(FIXTURE / "converge.yml"),
+        private_data_dir=str(work), project_dir=str(ROOT), playbook=str(FIXTURE / playbook),
         inventory=str(FIXTURE / "inventory.yml"), cmdline=shlex.join(cmdline), quiet=True, event_handler=run.handle,
         envvars={"ANSIBLE_NOCOLOR": "1", "PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin"},
     )  # fmt: skip
@@ -76,6 +94,47 @@ def steps(run: Run) -> dict[str, Counter]:
             if step.task.startswith(prefix):
                 counts[kind][step.host] += 1
     return counts
+
+
+def model_steps(run: Run) -> dict[str, Counter]:
+    """fetch/convert/push/pull of the models stage -> Counter of hosts that did it (changed tasks)."""
+    counts = {kind: Counter() for kind in MODEL_STEPS}
+    for step in run.changes:
+        for kind, (role, prefix) in MODEL_STEPS.items():
+            if step.role == role and step.task.startswith(prefix):
+                counts[kind][step.host] += 1
+    return counts
+
+
+def shards(host: str, tp: int = 1) -> dict[str, str]:
+    """file -> sha256 of the published shard directory (conversion.json included)."""
+    listed = in_host(host, f"cd {MODEL_DIR}/{tp}-gpu && sha256sum *")
+    assert listed.returncode == 0, listed.stderr
+    return {name: digest for digest, name in (line.split() for line in listed.stdout.splitlines())}
+
+
+def published(host: str) -> str:
+    """Where <tp>-gpu points, and whether what it points at verifies."""
+    state = in_host(host, f"readlink {MODEL_DIR}/1-gpu && PYTHONPATH=/srv/ftfleet/tools/ftnative.zip "
+                          f"python3 -m ftnative.verify {MODEL_DIR}/1-gpu")  # fmt: skip
+    return state.stdout.strip()
+
+
+def corrupt_blobs() -> int:
+    """Rot every binary blob (image layers, weight files; not the JSON ones) in the registry's
+    storage, keeping the good bytes aside; returns how many."""
+    corrupt = in_host("ftfleet-registry", f"""set -e
+        for data in $(find {BLOBS} -name data); do
+          if ! head -c 1 "$data" | grep -q '[{{[]'; then
+            cp "$data" "$data.good"; printf 'rotten' | dd of="$data" bs=1 seek=100 conv=notrunc 2>/dev/null
+          fi
+        done; ls {BLOBS}/*/*/data.good | wc -l""")  # fmt: skip
+    assert corrupt.returncode == 0, corrupt.stderr
+    return int(corrupt.stdout.split()[-1])
+
+
+def restore_blobs() -> None:
+    in_host("ftfleet-registry", f'for good in {BLOBS}/*/*/data.good; do mv "$good" "${{good%.good}}"; done')
 
 
 def image_ids(host: str) -> dict[str, str]:
@@ -153,22 +212,13 @@ def test_the_registry_down_fails_the_stage_clearly_and_changes_nothing(fleet, tm
 
 def test_a_corrupted_blob_is_refused_by_its_digest(fleet, tmp_path):
     """A layer of the Triton image rots in the registry's storage: the host that pulls refuses it."""
-    blobs = "/var/lib/docker-registry/docker/registry/v2/blobs/sha256"
-    # Every layer blob (the gzipped ones; manifests and configs are JSON) the registry holds.
-    corrupt = in_host("ftfleet-registry", f"""set -e
-        for data in $(find {blobs} -name data); do
-          if ! head -c 1 "$data" | grep -q '{{'; then
-            cp "$data" "$data.good"; printf 'rotten' | dd of="$data" bs=1 seek=100 conv=notrunc 2>/dev/null
-          fi
-        done; ls {blobs}/*/*/data.good | wc -l""")  # fmt: skip
-    assert corrupt.returncode == 0, corrupt.stderr
-    assert int(corrupt.stdout.split()[-1]) >= 1, corrupt.stdout
+    assert corrupt_blobs() >= 1
     try:
         assert in_host("ftfleet-reg-b", "docker rmi -f $(docker images -q ftfleet/tritonserver-ft | sort -u)"
                        ).returncode == 0  # fmt: skip
         run, status = converge(tmp_path / "rotten", "--limit", "ftfleet-reg-b")
     finally:
-        in_host("ftfleet-registry", f'for good in {blobs}/*/*/data.good; do mv "$good" "${{good%.good}}"; done')
+        restore_blobs()
     assert status == "failed"
     text = failure_text(run)
     assert "filesystem layer verification failed for digest sha256:" in text, text
@@ -176,3 +226,129 @@ def test_a_corrupted_blob_is_refused_by_its_digest(fleet, tmp_path):
     healed, status = converge(tmp_path / "healed", "--limit", "ftfleet-reg-b")
     assert status == "successful", failure_text(healed)
     assert steps(healed)["pull"] == Counter({"ftfleet-reg-b": 1}), steps(healed)
+
+
+def test_each_set_of_shards_is_converted_once_and_the_others_never_fetch_the_checkpoint(fleet, tmp_path):
+    """-a and -b need the tiny model at tp 1, -c at tp 2: two conversions in the fleet, each by the
+    first host that needs it; -b pulls, and fetches nothing from the model's source."""
+    run, status = converge(tmp_path / "models", *MODELS, playbook="models.yml")
+    assert status == "successful", failure_text(run)
+    counts = model_steps(run)
+    assert counts["convert"] == Counter({"ftfleet-reg-a": 1, "ftfleet-reg-c": 1}), counts
+    assert counts["fetch"] == counts["convert"], counts
+    assert counts["push"] == counts["convert"], counts
+    assert counts["pull"] == Counter({"ftfleet-reg-b": 1}), counts
+    # Bytes from the model's source: what git and git-lfs brought into each checkout.
+    fetched = {host: in_host(host, f"du -sb {CHECKPOINT}/.git 2>/dev/null | cut -f1").stdout.strip() or "0"
+               for host in HOSTS}  # fmt: skip
+    assert fetched["ftfleet-reg-b"] == "0", fetched
+    assert int(fetched["ftfleet-reg-a"]) > 600_000, fetched  # the tiny model's weights are 660 kB
+    assert int(fetched["ftfleet-reg-c"]) > 600_000, fetched
+    assert shards("ftfleet-reg-b") == shards("ftfleet-reg-a")  # the same bytes, conversion.json included
+    assert shards("ftfleet-reg-c", tp=2).keys() != shards("ftfleet-reg-a").keys()
+    # -b has the checkpoint's small files (tokenizer, config.json), no weights, and the model's
+    # Triton repository was written from them.
+    files = in_host("ftfleet-reg-b", f"ls -A {CHECKPOINT}").stdout.split()
+    assert {"config.json", "tokenizer.json", ".ftfleet-artifact.json"} <= set(files), files
+    assert not [name for name in files if name.endswith((".safetensors", ".bin")) or name == ".git"], files
+    assert in_host("ftfleet-reg-b", "test -s /srv/ftfleet/models/tiny/preprocessing/config.pbtxt").returncode == 0
+
+    again, status = converge(tmp_path / "models-again", *MODELS, playbook="models.yml")
+    assert status == "successful", failure_text(again)
+    assert again.changes == [], [f"{c.host}: {c.task}" for c in again.changes]
+
+
+def kill_repeatedly(host: str, command: str, state) -> list:
+    """Run `command` on `host` under SIGKILL after 0.30 s, 0.35 s, ... until a run completes;
+    returns what `state()` saw after each kill."""
+    seen = []
+    for hundredths in range(30, 800, 5):
+        done = in_host(host, f"timeout -s KILL {hundredths / 100} bash -c {shlex.quote(command)}")
+        if done.returncode == 0:
+            return seen
+        assert done.returncode == 137, done.stderr  # killed, not failed
+        seen.append(state())
+    raise AssertionError(f"{command} did not complete in 8 s")
+
+
+def test_a_killed_push_tags_nothing_and_a_killed_pull_publishes_nothing(fleet, tmp_path):
+    inputs = json.loads(in_host("ftfleet-reg-a", f"cat {MODEL_DIR}/1-gpu/conversion.json").stdout)["inputs"]
+    # A repository of its own: every blob must go up (none is linked there yet), so a kill can
+    # land between blobs; each new try sends only what is missing.
+    repository = "ftfleet/shards/killed-push-test"
+    ref = f"registry.ftfleet.test:5000/{repository}:killed"
+    args = f"--inputs {shlex.quote(json.dumps(inputs))} <<< {shlex.quote(CREDENTIALS)}"
+    storage = f"/var/lib/docker-registry/docker/registry/v2/repositories/{repository}"
+    # Distinct blobs: files of equal content are one blob (the config blob is conversion.json).
+    distinct = in_host("ftfleet-reg-a", f"cd {MODEL_DIR}/1-gpu && sha256sum * {CHECKPOINT}/*.json "
+                                        "| cut -d' ' -f1 | sort -u | wc -l")  # fmt: skip
+    blobs = int(distinct.stdout.strip())
+
+    def registry_state() -> tuple[int, bool]:
+        """(blobs linked in the repository, whether the tag exists)"""
+        linked = in_host("ftfleet-registry", f"ls {storage}/_layers/sha256 2>/dev/null | wc -l").stdout.strip()
+        return int(linked), in_host("ftfleet-registry", f"test -d {storage}/_manifests/tags/killed").returncode == 0
+
+    push = f"{ARTIFACT} push {ref} --shards {MODEL_DIR}/1-gpu --checkpoint {CHECKPOINT} {args}"
+    states = kill_repeatedly("ftfleet-reg-a", push, registry_state)
+    # Killed between blobs at least once, untagged then; and a tag only ever with every blob in
+    # (a kill may also land after the manifest, on the process's way out).
+    assert any(0 < linked < blobs and not tagged for linked, tagged in states), states
+    assert all(linked == blobs for linked, tagged in states if tagged), states
+    assert registry_state() == (blobs, True)
+
+    before, digests = published("ftfleet-reg-b"), shards("ftfleet-reg-b")
+    assert before.endswith("ok"), before
+    count_builds = f"ls -A {MODEL_DIR} {CHECKPOINT} | grep -c '^[.]1-gpu[.]\\|^[.]ftfleet-pull'"
+
+    def host_state() -> tuple[int, str]:
+        """(builds and incoming directories on -b, what -b publishes and whether it verifies)"""
+        return int(in_host("ftfleet-reg-b", count_builds).stdout.strip()), published("ftfleet-reg-b")
+
+    pull = f"{ARTIFACT} pull {ref} --output {MODEL_DIR} --checkpoint {CHECKPOINT} {args}"
+    states = kill_repeatedly("ftfleet-reg-b", pull, host_state)
+    assert any(count > 1 for count, _ in states), states  # killed part-way through a download at least once
+    # After every kill, what -b publishes is a complete set that verifies: the one from before,
+    # or the build of a pull that had flipped it before the kill landed.
+    assert all(shown.endswith("ok") for _, shown in states), states
+    after = published("ftfleet-reg-b")
+    assert after.endswith("ok"), after
+    assert after != before, after  # the pull that completed published a new build
+    assert shards("ftfleet-reg-b") == digests
+    assert in_host("ftfleet-reg-b", count_builds).stdout.strip() == "1"  # the published build only: leftovers gone
+    run, status = converge(tmp_path / "after-kills", *MODELS, playbook="models.yml")
+    assert status == "successful", failure_text(run)
+    assert run.changes == [], [f"{c.host}: {c.task}" for c in run.changes]
+
+
+def test_a_corrupted_shard_blob_is_refused_and_nothing_is_published(fleet, tmp_path):
+    assert in_host("ftfleet-reg-b", f"rm -rf {MODEL_DIR}").returncode == 0  # -b must pull again
+    assert corrupt_blobs() >= 1
+    try:
+        run, status = converge(tmp_path / "rotten", *MODELS, "--limit", "ftfleet-reg-b", playbook="models.yml")
+    finally:
+        restore_blobs()
+    assert status == "failed"
+    text = failure_text(run)
+    assert "refused (a corrupted blob in the registry?)" in text, text
+    assert "the manifest says" in text, text
+    assert in_host("ftfleet-reg-b", f"ls -A {MODEL_DIR}").stdout.split() == [], "something was published"
+    healed, status = converge(tmp_path / "healed", *MODELS, "--limit", "ftfleet-reg-b", playbook="models.yml")
+    assert status == "successful", failure_text(healed)
+    assert model_steps(healed)["pull"] == Counter({"ftfleet-reg-b": 1}), model_steps(healed)
+    assert shards("ftfleet-reg-b") == shards("ftfleet-reg-a")
+
+
+def test_the_registry_down_fails_the_models_stage_clearly_and_changes_nothing(fleet, tmp_path):
+    before = {host: published(host) for host in HOSTS[:2]}
+    assert in_host("ftfleet-registry", "systemctl stop docker-registry").returncode == 0
+    try:
+        run, status = converge(tmp_path / "models-down", *MODELS, playbook="models.yml")
+    finally:
+        assert in_host("ftfleet-registry", "systemctl start docker-registry").returncode == 0
+    assert status == "failed"
+    text = failure_text(run)
+    assert "registry.ftfleet.test:5000: the registry cannot be reached" in text, text
+    assert {f.host for f in run.failures} == set(HOSTS), text
+    assert run.changes == [], [f"{c.host}: {c.task}" for c in run.changes]
+    assert {host: published(host) for host in HOSTS[:2]} == before
