@@ -248,10 +248,13 @@ class Gateway:
         extra = {} if decoupled else {"ftfleet_streaming": BUFFERED}
 
         async def events():
-            status, item, seen_text = "200", first, False
+            status, item, seen_text, held = "200", first, False, ""
             try:
                 while True:
                     delta, result = item
+                    if not decoupled:  # buffered: all the text in one chunk (run() may yield a trailing
+                        held += delta  # partial character apart), then the chunk with the usage
+                        delta = held if result is not None else ""
                     if delta:
                         if not seen_text:
                             self.metrics.first_token.observe(time.monotonic() - began)

@@ -195,18 +195,25 @@ def test_a_registry_without_the_images_gets_them_from_the_hosts_that_have_them(f
     assert steps(back)["pull"] == Counter({"ftfleet-reg-b": 2}), steps(back)
 
 
-def test_the_registry_down_fails_the_stage_clearly_and_changes_nothing(fleet, tmp_path):
-    before = {host: image_ids(host) for host in HOSTS}
+def converge_with_the_registry_down(work: Path, *cmdline: str, playbook: str = "converge.yml") -> str:
+    """Converge while the TLS registry is stopped; every host must fail and nothing change.
+    Returns the failures' text."""
     assert in_host("ftfleet-registry", "systemctl stop docker-registry").returncode == 0
     try:
-        run, status = converge(tmp_path / "down")
+        run, status = converge(work, *cmdline, playbook=playbook)
     finally:
         assert in_host("ftfleet-registry", "systemctl start docker-registry").returncode == 0
     assert status == "failed"
     text = failure_text(run)
-    assert "registry.ftfleet.test:5000" in text, text
     assert {f.host for f in run.failures} == set(HOSTS), text
     assert run.changes == [], [f"{c.host}: {c.task}" for c in run.changes]
+    return text
+
+
+def test_the_registry_down_fails_the_stage_clearly_and_changes_nothing(fleet, tmp_path):
+    before = {host: image_ids(host) for host in HOSTS}
+    text = converge_with_the_registry_down(tmp_path / "down")
+    assert "registry.ftfleet.test:5000" in text, text
     assert {host: image_ids(host) for host in HOSTS} == before
 
 
@@ -256,6 +263,10 @@ def test_each_set_of_shards_is_converted_once_and_the_others_never_fetch_the_che
     again, status = converge(tmp_path / "models-again", *MODELS, playbook="models.yml")
     assert status == "successful", failure_text(again)
     assert again.changes == [], [f"{c.host}: {c.task}" for c in again.changes]
+    # Check mode (ftfleet plan) asks the registry too, and finds nothing to do.
+    checked, status = converge(tmp_path / "models-check", *MODELS, "--check", playbook="models.yml")
+    assert status == "successful", failure_text(checked)
+    assert checked.changes == [], [f"{c.host}: {c.task}" for c in checked.changes]
 
 
 def kill_repeatedly(host: str, command: str, state) -> list:
@@ -341,14 +352,6 @@ def test_a_corrupted_shard_blob_is_refused_and_nothing_is_published(fleet, tmp_p
 
 def test_the_registry_down_fails_the_models_stage_clearly_and_changes_nothing(fleet, tmp_path):
     before = {host: published(host) for host in HOSTS[:2]}
-    assert in_host("ftfleet-registry", "systemctl stop docker-registry").returncode == 0
-    try:
-        run, status = converge(tmp_path / "models-down", *MODELS, playbook="models.yml")
-    finally:
-        assert in_host("ftfleet-registry", "systemctl start docker-registry").returncode == 0
-    assert status == "failed"
-    text = failure_text(run)
+    text = converge_with_the_registry_down(tmp_path / "models-down", *MODELS, playbook="models.yml")
     assert "registry.ftfleet.test:5000: the registry cannot be reached" in text, text
-    assert {f.host for f in run.failures} == set(HOSTS), text
-    assert run.changes == [], [f"{c.host}: {c.task}" for c in run.changes]
     assert {host: published(host) for host in HOSTS[:2]} == before
