@@ -1,8 +1,11 @@
-"""Converted shards as an OCI artifact in a registry, through the ORAS Python SDK.
+"""Converted shards (and other files a fleet makes once) as OCI artifacts in a registry, through
+the ORAS Python SDK.
 
     python3 -m ftnative.artifact lookup REF
     python3 -m ftnative.artifact push REF --shards OUT/<tp>-gpu --checkpoint CKPT --inputs JSON
     python3 -m ftnative.artifact pull REF --output OUT --checkpoint CKPT --inputs JSON
+    python3 -m ftnative.artifact push-dir REF --dir DIR --inputs JSON
+    python3 -m ftnative.artifact pull-dir REF --dir DIR --inputs JSON [--require FILE ...]
 
 REF is registry/repository:tag; the oras package must be importable (the hosts' registry
 virtualenv). One artifact holds one published shard directory (config.ini, every weight file,
@@ -18,6 +21,12 @@ blob's size and sha256 against the manifest, verifies the shards against the mod
 the artifact's config.json (ftnative.convert's verify), requires the recorded inputs to be the ones
 asked for, then moves the small files into CKPT and flips OUT/<tp>-gpu to the build atomically. A
 killed or refused pull publishes nothing; the next run removes its build.
+
+push-dir and pull-dir carry one small directory (a tuned gemm_config.in with its record) as layers
+titled files/<name>, with the inputs as annotation and config blob. pull-dir downloads into a new
+directory beside DIR (.<name>.pull.<random>), checks every blob by size and sha256, requires the
+recorded inputs to be the ones asked for and each --require file to be non-empty, then renames it
+to DIR (which must not exist yet): DIR appears complete or not at all.
 
 Credentials come on standard input as one JSON object {"username": ..., "password": ...} (empty
 for none). --ca FILE trusts a CA; --plain-http talks HTTP. Exit status: 0 done (lookup: present),
@@ -45,6 +54,8 @@ MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MEDIA_SHARD = "application/vnd.ftfleet.shard.v1"
 MEDIA_MODEL_FILE = "application/vnd.ftfleet.model-file.v1"
 MEDIA_CONFIG = "application/vnd.ftfleet.conversion.v1+json"
+MEDIA_FILE = "application/vnd.ftfleet.file.v1"
+MEDIA_INPUTS = "application/vnd.ftfleet.inputs.v1+json"
 TITLE = "org.opencontainers.image.title"
 INPUTS = "ftfleet.inputs"
 MARKER = ".ftfleet-artifact.json"  # in CKPT on a host that pulled: where its files came from
@@ -164,8 +175,9 @@ def _download(client, ref: str, layer: dict, target: Path) -> None:
         )
 
 
-def pull(client, ref: str, out: Path, checkpoint: Path, inputs: dict) -> dict:
-    """Download, check by digest, verify the shards, then publish them and the small files."""
+def _layers_of(client, ref: str, inputs: dict, kinds: tuple[str, ...]) -> tuple[list[dict], list[str]]:
+    """The artifact's layers and their titles, after checking that it was made from `inputs` and
+    that every title is <kind>/<file name> with a kind of `kinds`."""
     manifest = manifest_of(client, ref)
     if manifest is None:
         raise ArtifactError(f"{ref}: not in the registry")
@@ -174,9 +186,57 @@ def pull(client, ref: str, out: Path, checkpoint: Path, inputs: dict) -> dict:
         raise ArtifactError(f"{ref} was made from {recorded}, not {inputs}: refused")
     layers = manifest["layers"]
     titles = [(layer.get("annotations") or {}).get(TITLE, "") for layer in layers]
-    bad = [t for t in titles if t.count("/") != 1 or t.split("/")[0] not in ("shards", "hf") or ".." in t]
+    bad = [t for t in titles if t.count("/") != 1 or t.split("/")[0] not in kinds or t.split("/")[1] in ("", ".", "..")]
     if bad:
-        raise ArtifactError(f"{ref}: layers titled {bad} are not shards/<file> or hf/<file>: refused")
+        wanted = " or ".join(f"{kind}/<file>" for kind in kinds)
+        raise ArtifactError(f"{ref}: layers titled {bad} are not {wanted}: refused")
+    return layers, titles
+
+
+def push_dir(client, ref: str, directory: Path, inputs: dict) -> dict:
+    """Upload every file of `directory` (dot files aside) and the inputs; the manifest last."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise ArtifactError(f"{directory}: no files to push")
+    layers = [_upload(client, ref, p, MEDIA_FILE, f"files/{p.name}") for p in files]
+    with tempfile.TemporaryDirectory() as scratch:
+        config = Path(scratch) / "inputs.json"
+        config.write_text(json.dumps(inputs, sort_keys=True))
+        manifest = {"schemaVersion": 2, "mediaType": MEDIA_MANIFEST, "layers": layers,
+                    "annotations": {INPUTS: json.dumps(inputs, sort_keys=True)},
+                    "config": _upload(client, ref, config, MEDIA_INPUTS, None)}  # fmt: skip
+        response = client.upload_manifest(manifest, client.get_container(ref))
+    if response.status_code not in (200, 201):
+        raise ArtifactError(f"{ref}: the manifest was refused ({response.status_code}): {response.text.strip()[:300]}")
+    return {"layers": len(layers), "bytes": sum(layer["size"] for layer in layers)}
+
+
+def pull_dir(client, ref: str, directory: Path, inputs: dict, required: list[str]) -> dict:
+    """Download into a new directory beside `directory`, check it, then rename it into place."""
+    if directory.exists() and any(directory.iterdir()):
+        raise ArtifactError(f"{directory} exists already: not replaced")
+    layers, titles = _layers_of(client, ref, inputs, ("files",))
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    for stale in directory.parent.glob(f".{directory.name}.pull.*"):  # left by a killed pull
+        shutil.rmtree(stale, ignore_errors=True)
+    incoming = Path(tempfile.mkdtemp(prefix=f".{directory.name}.pull.", dir=directory.parent))
+    try:
+        for layer, title in zip(layers, titles, strict=True):
+            _download(client, ref, layer, incoming / title.split("/")[1])
+        empty = [name for name in required if not (incoming / name).is_file() or (incoming / name).stat().st_size == 0]
+        if empty:
+            raise ArtifactError(f"{ref}: the artifact has no (or an empty) {', '.join(empty)}: refused")
+        incoming.chmod(0o755)
+        os.rename(incoming, directory)  # replaces an empty directory, fails on a full one
+    except BaseException:
+        shutil.rmtree(incoming, ignore_errors=True)
+        raise
+    return {"layers": len(layers), "bytes": sum(layer["size"] for layer in layers), "published": str(directory)}
+
+
+def pull(client, ref: str, out: Path, checkpoint: Path, inputs: dict) -> dict:
+    """Download, check by digest, verify the shards, then publish them and the small files."""
+    layers, titles = _layers_of(client, ref, inputs, ("shards", "hf"))
     tp = int(inputs["tp"])
     final, build = new_build(out, tp)  # also removes the builds of killed runs
     checkpoint.mkdir(parents=True, exist_ok=True)
@@ -208,17 +268,21 @@ def pull(client, ref: str, out: Path, checkpoint: Path, inputs: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m ftnative.artifact", description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=["lookup", "push", "pull"])
+    parser.add_argument("action", choices=["lookup", "push", "pull", "push-dir", "pull-dir"])
     parser.add_argument("ref", help="registry/repository:tag")
     parser.add_argument("--shards", type=Path, help="push: the published <tp>-gpu directory")
     parser.add_argument("--output", type=Path, help="pull: the directory that receives <tp>-gpu")
     parser.add_argument("--checkpoint", type=Path, help="push: where the small files are; pull: where they go")
-    parser.add_argument("--inputs", default="{}", help="the conversion's inputs (JSON), as conversion.json has them")
+    parser.add_argument("--dir", type=Path, help="push-dir: the directory pushed; pull-dir: the one made")
+    parser.add_argument("--require", action="append", default=[], help="pull-dir: a file that must come, non-empty")
+    parser.add_argument("--inputs", default="{}", help="the inputs the artifact was made from (JSON)")
     parser.add_argument("--ca", help="a PEM file of the CA that signed the registry's certificate")
     parser.add_argument("--plain-http", action="store_true", help="talk plain HTTP to the registry")
     args = parser.parse_args(argv)
-    if args.action != "lookup" and (args.checkpoint is None or (args.shards or args.output) is None):
+    if args.action in ("push", "pull") and (args.checkpoint is None or (args.shards or args.output) is None):
         parser.error(f"{args.action} needs --checkpoint and --{'shards' if args.action == 'push' else 'output'}")
+    if args.action.endswith("-dir") and args.dir is None:
+        parser.error(f"{args.action} needs --dir")
     try:
         inputs = json.loads(args.inputs)
         credentials = json.loads(sys.stdin.read() or "{}") if not sys.stdin.isatty() else {}
@@ -232,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if manifest is not None else ABSENT
         if args.action == "push":
             result = push(client, args.ref, args.shards, args.checkpoint, inputs)
+        elif args.action == "push-dir":
+            result = push_dir(client, args.ref, args.dir, inputs)
+        elif args.action == "pull-dir":
+            result = pull_dir(client, args.ref, args.dir, inputs, args.require)
         else:
             result = pull(client, args.ref, args.output, args.checkpoint, inputs)
     except (ArtifactError, ConversionError, OSError, KeyError, ValueError) as err:

@@ -34,8 +34,12 @@ MODEL_STEPS = {  # kind -> (role, task name prefix)
     "convert": ("ft_convert", "engine-native | Convert"),
     "push": ("ft_convert", "push | Push the shards"),
     "pull": ("ft_convert", "pull | Pull the shards"),
+    "tune": ("ft_gemm_tune", "tune | Run gpt_gemm"),
+    "gemm-push": ("ft_gemm_tune", "transfer | Push the tuned file"),
+    "gemm-pull": ("ft_gemm_tune", "transfer | Pull the tuned file"),
 }
 MODEL_DIR = "/srv/ftfleet/models/tiny/fastertransformer/1"
+GEMM = "/srv/ftfleet/serving/tiny/gemm_config.in"  # where tritonserver reads the tuned file
 CHECKPOINT = "/srv/ftfleet/checkpoints/tiny"
 ARTIFACT = ("cd /srv/ftfleet/tools && PYTHONPATH=ftnative.zip registry-venv/bin/python -m ftnative.artifact "
             "--ca registry-ca.pem")  # fmt: skip
@@ -59,6 +63,8 @@ def fleet():
     made = sh(str(BIN / "python"), str(ROOT / "scripts" / "make-tiny-model"), "--family", "gptj", "--name", "tiny-gptj",
               "--dest", str(SHARED / "models"))  # fmt: skip
     assert made.returncode == 0, made.stderr[-2000:]
+    for recording in ("a100x1", "l40sx4"):  # the hosts' nvidia-smi (inventory.yml), links followed
+        shutil.copytree(ROOT / "tests" / "fixtures" / "gpus" / recording, SHARED / "gpus" / recording)
     try:
         created = run_playbook("molecule/resources/create.yml", "-e", platforms)
         assert created.returncode == 0, created.stdout[-3000:]
@@ -245,6 +251,14 @@ def test_each_set_of_shards_is_converted_once_and_the_others_never_fetch_the_che
     assert counts["fetch"] == counts["convert"], counts
     assert counts["push"] == counts["convert"], counts
     assert counts["pull"] == Counter({"ftfleet-reg-b": 1}), counts
+    # gemm_config.in per GPU model and gpt_gemm arguments: -a tunes for the A100 at tp 1 and
+    # pushes, -b pulls that file; -c tunes its own (L40S, tp 2).
+    assert counts["tune"] == Counter({"ftfleet-reg-a": 1, "ftfleet-reg-c": 1}), counts
+    assert counts["gemm-push"] == counts["tune"], counts
+    assert counts["gemm-pull"] == Counter({"ftfleet-reg-b": 1}), counts
+    tuned = {host: in_host(host, f"cat {GEMM}").stdout for host in HOSTS}
+    assert tuned["ftfleet-reg-b"] == tuned["ftfleet-reg-a"] != tuned["ftfleet-reg-c"], tuned
+    assert "gpt_gemm stand-in: 8 1 32" in tuned["ftfleet-reg-b"], tuned
     # Bytes from the model's source: what git and git-lfs brought into each checkout.
     fetched = {host: in_host(host, f"du -sb {CHECKPOINT}/.git 2>/dev/null | cut -f1").stdout.strip() or "0"
                for host in HOSTS}  # fmt: skip
@@ -333,7 +347,8 @@ def test_a_killed_push_tags_nothing_and_a_killed_pull_publishes_nothing(fleet, t
 
 
 def test_a_corrupted_shard_blob_is_refused_and_nothing_is_published(fleet, tmp_path):
-    assert in_host("ftfleet-reg-b", f"rm -rf {MODEL_DIR}").returncode == 0  # -b must pull again
+    # -b must pull its shards and its tuned file again
+    assert in_host("ftfleet-reg-b", f"rm -rf {MODEL_DIR} /srv/ftfleet/gemm-cache").returncode == 0
     assert corrupt_blobs() >= 1
     try:
         run, status = converge(tmp_path / "rotten", *MODELS, "--limit", "ftfleet-reg-b", playbook="models.yml")
@@ -347,7 +362,22 @@ def test_a_corrupted_shard_blob_is_refused_and_nothing_is_published(fleet, tmp_p
     healed, status = converge(tmp_path / "healed", *MODELS, "--limit", "ftfleet-reg-b", playbook="models.yml")
     assert status == "successful", failure_text(healed)
     assert model_steps(healed)["pull"] == Counter({"ftfleet-reg-b": 1}), model_steps(healed)
+    assert model_steps(healed)["gemm-pull"] == Counter({"ftfleet-reg-b": 1}), model_steps(healed)
+    assert model_steps(healed)["tune"] == Counter(), model_steps(healed)
     assert shards("ftfleet-reg-b") == shards("ftfleet-reg-a")
+
+    # The tuned file's blob rots too: refused by digest, and the cache gets no slot.
+    assert in_host("ftfleet-reg-b", "rm -rf /srv/ftfleet/gemm-cache").returncode == 0
+    assert corrupt_blobs() >= 1
+    try:
+        run, status = converge(tmp_path / "rotten-gemm", *MODELS, "--limit", "ftfleet-reg-b", playbook="models.yml")
+    finally:
+        restore_blobs()
+    assert status == "failed"
+    text = failure_text(run)
+    assert "ft_gemm_tune: pulling registry.ftfleet.test:5000/ftfleet/gemm/" in text, text
+    assert "refused (a corrupted blob in the registry?)" in text, text
+    assert in_host("ftfleet-reg-b", "find /srv/ftfleet/gemm-cache -name gemm_config.in").stdout.strip() == ""
 
 
 def test_the_registry_down_fails_the_models_stage_clearly_and_changes_nothing(fleet, tmp_path):
