@@ -38,19 +38,14 @@ lint: setup  ## yamllint --strict, ansible-lint (production profile), ruff
 	ruff format --check .
 
 unit: setup  ## pytest: filter unit tests and playbook-level tests
-	pytest -m "not docker and not lab" -n 2 --dist loadfile --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
+	pytest -m "not docker and not lab" -n 2 --dist loadfile --durations=20 --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
 
 harness: setup  ## a Docker engine and the locally built base image
 	scripts/ensure-docker
 	scripts/build-base-image
 
-molecule: harness  ## the tests that need Docker, then every Molecule scenario (or SCENARIO=name)
-	pytest -m docker -p no:cacheprovider
-	for s in $(SCENARIO); do \
-	  echo "=== molecule test -s $$s"; start=$$SECONDS; \
-	  molecule test -s $$s || { echo "molecule scenario $$s failed" >&2; exit 1; }; \
-	  echo "=== molecule scenario $$s passed in $$((SECONDS - start)) s"; \
-	done
+molecule: harness  ## the tests that need Docker and every Molecule scenario (or SCENARIO=name), in two lanes
+	scripts/docker-tests $(SCENARIO)
 
 fresh-test: harness  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
 	pytest -m lab -p no:cacheprovider -s
