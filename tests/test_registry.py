@@ -155,9 +155,7 @@ def failure_text(run: Run) -> str:
     return "\n".join(f"{f.host}: {f.task}: {f.message}" for f in run.failures)
 
 
-def test_each_image_is_built_once_and_pulled_by_the_others(fleet, tmp_path):
-    run, status = converge(tmp_path / "first")
-    assert status == "successful", failure_text(run)
+def each_image_was_built_once_and_pulled_by_the_others(run: Run) -> None:
     counts = steps(run)
     # FT for SM 80: reg-a builds, reg-b waits and pulls; FT for SM 86: reg-c builds; Triton: reg-a
     # builds, the others pull. Each of the three images is built exactly once in the fleet.
@@ -177,9 +175,54 @@ def test_each_image_is_built_once_and_pulled_by_the_others(fleet, tmp_path):
     # Only the builders read their build logs; the hosts that pulled never built anything.
     assert in_host("ftfleet-reg-b", "ls /srv/ftfleet/images/logs | grep -c log").stdout.strip() in ("", "0")
 
-    again, status = converge(tmp_path / "second")
+
+def each_set_of_shards_and_tuned_file_was_made_once(run: Run) -> None:
+    """-a and -b need the tiny model at tp 1 on an A100, -c at tp 2 on L40S: two conversions and
+    two tunings in the fleet, each by the first host that needs it; -b pulls both, and fetches
+    nothing from the model's source."""
+    counts = model_steps(run)
+    assert counts["convert"] == Counter({"ftfleet-reg-a": 1, "ftfleet-reg-c": 1}), counts
+    assert counts["fetch"] == counts["convert"], counts
+    assert counts["push"] == counts["convert"], counts
+    assert counts["pull"] == Counter({"ftfleet-reg-b": 1}), counts
+    # gemm_config.in per GPU model and gpt_gemm arguments: -a tunes for the A100 at tp 1 and
+    # pushes, -b pulls that file; -c tunes its own (L40S, tp 2).
+    assert counts["tune"] == Counter({"ftfleet-reg-a": 1, "ftfleet-reg-c": 1}), counts
+    assert counts["gemm-push"] == counts["tune"], counts
+    assert counts["gemm-pull"] == Counter({"ftfleet-reg-b": 1}), counts
+    tuned = {host: in_host(host, f"cat {GEMM}").stdout for host in HOSTS}
+    assert tuned["ftfleet-reg-b"] == tuned["ftfleet-reg-a"] != tuned["ftfleet-reg-c"], tuned
+    assert "gpt_gemm stand-in: 8 1 32" in tuned["ftfleet-reg-b"], tuned
+    # Bytes from the model's source: what git and git-lfs brought into each checkout.
+    fetched = {host: in_host(host, f"du -sb {CHECKPOINT}/.git 2>/dev/null | cut -f1").stdout.strip() or "0"
+               for host in HOSTS}  # fmt: skip
+    assert fetched["ftfleet-reg-b"] == "0", fetched
+    assert int(fetched["ftfleet-reg-a"]) > 600_000, fetched  # the tiny model's weights are 660 kB
+    assert int(fetched["ftfleet-reg-c"]) > 600_000, fetched
+    assert shards("ftfleet-reg-b") == shards("ftfleet-reg-a")  # the same bytes, conversion.json included
+    assert shards("ftfleet-reg-c", tp=2).keys() != shards("ftfleet-reg-a").keys()
+    # -b has the checkpoint's small files (tokenizer, config.json), no weights, and the model's
+    # Triton repository was written from them.
+    files = in_host("ftfleet-reg-b", f"ls -A {CHECKPOINT}").stdout.split()
+    assert {"config.json", "tokenizer.json", ".ftfleet-artifact.json"} <= set(files), files
+    assert not [name for name in files if name.endswith((".safetensors", ".bin")) or name == ".git"], files
+    assert in_host("ftfleet-reg-b", "test -s /srv/ftfleet/models/tiny/preprocessing/config.pbtxt").returncode == 0
+
+
+def test_one_run_builds_each_image_and_makes_each_set_of_shards_and_tuned_file_once(fleet, tmp_path):
+    """The images and the models stages in one run over the three hosts, counted from its events."""
+    run, status = converge(tmp_path / "first", *MODELS, playbook="site.yml")
+    assert status == "successful", failure_text(run)
+    each_image_was_built_once_and_pulled_by_the_others(run)
+    each_set_of_shards_and_tuned_file_was_made_once(run)
+
+    again, status = converge(tmp_path / "second", *MODELS, playbook="site.yml")
     assert status == "successful", failure_text(again)
     assert again.changes == [], [f"{c.host}: {c.task}" for c in again.changes]
+    # Check mode (ftfleet plan) of the models stage asks the registry too, and finds nothing to do.
+    checked, status = converge(tmp_path / "models-check", *MODELS, "--check", playbook="models.yml")
+    assert status == "successful", failure_text(checked)
+    assert checked.changes == [], [f"{c.host}: {c.task}" for c in checked.changes]
 
 
 def test_a_registry_without_the_images_gets_them_from_the_hosts_that_have_them(fleet, tmp_path):
@@ -239,48 +282,6 @@ def test_a_corrupted_blob_is_refused_by_its_digest(fleet, tmp_path):
     healed, status = converge(tmp_path / "healed", "--limit", "ftfleet-reg-b")
     assert status == "successful", failure_text(healed)
     assert steps(healed)["pull"] == Counter({"ftfleet-reg-b": 1}), steps(healed)
-
-
-def test_each_set_of_shards_is_converted_once_and_the_others_never_fetch_the_checkpoint(fleet, tmp_path):
-    """-a and -b need the tiny model at tp 1, -c at tp 2: two conversions in the fleet, each by the
-    first host that needs it; -b pulls, and fetches nothing from the model's source."""
-    run, status = converge(tmp_path / "models", *MODELS, playbook="models.yml")
-    assert status == "successful", failure_text(run)
-    counts = model_steps(run)
-    assert counts["convert"] == Counter({"ftfleet-reg-a": 1, "ftfleet-reg-c": 1}), counts
-    assert counts["fetch"] == counts["convert"], counts
-    assert counts["push"] == counts["convert"], counts
-    assert counts["pull"] == Counter({"ftfleet-reg-b": 1}), counts
-    # gemm_config.in per GPU model and gpt_gemm arguments: -a tunes for the A100 at tp 1 and
-    # pushes, -b pulls that file; -c tunes its own (L40S, tp 2).
-    assert counts["tune"] == Counter({"ftfleet-reg-a": 1, "ftfleet-reg-c": 1}), counts
-    assert counts["gemm-push"] == counts["tune"], counts
-    assert counts["gemm-pull"] == Counter({"ftfleet-reg-b": 1}), counts
-    tuned = {host: in_host(host, f"cat {GEMM}").stdout for host in HOSTS}
-    assert tuned["ftfleet-reg-b"] == tuned["ftfleet-reg-a"] != tuned["ftfleet-reg-c"], tuned
-    assert "gpt_gemm stand-in: 8 1 32" in tuned["ftfleet-reg-b"], tuned
-    # Bytes from the model's source: what git and git-lfs brought into each checkout.
-    fetched = {host: in_host(host, f"du -sb {CHECKPOINT}/.git 2>/dev/null | cut -f1").stdout.strip() or "0"
-               for host in HOSTS}  # fmt: skip
-    assert fetched["ftfleet-reg-b"] == "0", fetched
-    assert int(fetched["ftfleet-reg-a"]) > 600_000, fetched  # the tiny model's weights are 660 kB
-    assert int(fetched["ftfleet-reg-c"]) > 600_000, fetched
-    assert shards("ftfleet-reg-b") == shards("ftfleet-reg-a")  # the same bytes, conversion.json included
-    assert shards("ftfleet-reg-c", tp=2).keys() != shards("ftfleet-reg-a").keys()
-    # -b has the checkpoint's small files (tokenizer, config.json), no weights, and the model's
-    # Triton repository was written from them.
-    files = in_host("ftfleet-reg-b", f"ls -A {CHECKPOINT}").stdout.split()
-    assert {"config.json", "tokenizer.json", ".ftfleet-artifact.json"} <= set(files), files
-    assert not [name for name in files if name.endswith((".safetensors", ".bin")) or name == ".git"], files
-    assert in_host("ftfleet-reg-b", "test -s /srv/ftfleet/models/tiny/preprocessing/config.pbtxt").returncode == 0
-
-    again, status = converge(tmp_path / "models-again", *MODELS, playbook="models.yml")
-    assert status == "successful", failure_text(again)
-    assert again.changes == [], [f"{c.host}: {c.task}" for c in again.changes]
-    # Check mode (ftfleet plan) asks the registry too, and finds nothing to do.
-    checked, status = converge(tmp_path / "models-check", *MODELS, "--check", playbook="models.yml")
-    assert status == "successful", failure_text(checked)
-    assert checked.changes == [], [f"{c.host}: {c.task}" for c in checked.changes]
 
 
 def kill_repeatedly(host: str, command: str, state) -> list:
@@ -346,17 +347,24 @@ def test_a_killed_push_tags_nothing_and_a_killed_pull_publishes_nothing(fleet, t
     assert run.changes == [], [f"{c.host}: {c.task}" for c in run.changes]
 
 
-def test_a_corrupted_shard_blob_is_refused_and_nothing_is_published(fleet, tmp_path):
-    # -b must pull its shards and its tuned file again
-    assert in_host("ftfleet-reg-b", f"rm -rf {MODEL_DIR} /srv/ftfleet/gemm-cache").returncode == 0
+def models_on_b_with_rotten_blobs(work: Path) -> str:
+    """The models stage on -b while the registry's binary blobs are rotten: it must fail, refusing
+    a blob by its digest. Returns the failures' text."""
     assert corrupt_blobs() >= 1
     try:
-        run, status = converge(tmp_path / "rotten", *MODELS, "--limit", "ftfleet-reg-b", playbook="models.yml")
+        run, status = converge(work, *MODELS, "--limit", "ftfleet-reg-b", playbook="models.yml")
     finally:
         restore_blobs()
     assert status == "failed"
     text = failure_text(run)
     assert "refused (a corrupted blob in the registry?)" in text, text
+    return text
+
+
+def test_a_corrupted_shard_blob_is_refused_and_nothing_is_published(fleet, tmp_path):
+    # -b must pull its shards and its tuned file again
+    assert in_host("ftfleet-reg-b", f"rm -rf {MODEL_DIR} /srv/ftfleet/gemm-cache").returncode == 0
+    text = models_on_b_with_rotten_blobs(tmp_path / "rotten")
     assert "the manifest says" in text, text
     assert in_host("ftfleet-reg-b", f"ls -A {MODEL_DIR}").stdout.split() == [], "something was published"
     healed, status = converge(tmp_path / "healed", *MODELS, "--limit", "ftfleet-reg-b", playbook="models.yml")
@@ -368,15 +376,8 @@ def test_a_corrupted_shard_blob_is_refused_and_nothing_is_published(fleet, tmp_p
 
     # The tuned file's blob rots too: refused by digest, and the cache gets no slot.
     assert in_host("ftfleet-reg-b", "rm -rf /srv/ftfleet/gemm-cache").returncode == 0
-    assert corrupt_blobs() >= 1
-    try:
-        run, status = converge(tmp_path / "rotten-gemm", *MODELS, "--limit", "ftfleet-reg-b", playbook="models.yml")
-    finally:
-        restore_blobs()
-    assert status == "failed"
-    text = failure_text(run)
+    text = models_on_b_with_rotten_blobs(tmp_path / "rotten-gemm")
     assert "ft_gemm_tune: pulling registry.ftfleet.test:5000/ftfleet/gemm/" in text, text
-    assert "refused (a corrupted blob in the registry?)" in text, text
     assert in_host("ftfleet-reg-b", "find /srv/ftfleet/gemm-cache -name gemm_config.in").stdout.strip() == ""
 
 
