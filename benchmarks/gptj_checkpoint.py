@@ -61,3 +61,16 @@ def write(
                 handle.write(block[:chunk].tobytes())
                 remaining -= chunk
     return 8 + len(raw) + offset
+
+
+def to_pytorch_bin(directory: Path) -> int:
+    """Rewrite the checkpoint's model.safetensors as pytorch_model.bin, the format of checkpoints
+    published before safetensors (torch.save's zip archive; needs torch, as their authors had);
+    return its size in bytes."""
+    import torch  # noqa: PLC0415 - only this writer needs it
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    source, target = directory / "model.safetensors", directory / "pytorch_model.bin"
+    torch.save(load_file(source), target)
+    source.unlink()
+    return target.stat().st_size

@@ -2,7 +2,8 @@
 
 safetensors files are parsed here (8-byte header length, JSON header, raw data) and each tensor
 is read through a memory map that is dropped after use, so only the tensors being converted are
-resident. pytorch_model.bin files go through torch (mmap=True) when torch is installed. Sharded
+resident. pytorch_model.bin files (torch.save's zip archive) are read the same way, with numpy
+alone and a pickle reader that runs nothing from the file (ftnative.torchfile). Sharded
 checkpoints (model.safetensors.index.json, pytorch_model.bin.index.json) are followed.
 """
 
@@ -13,6 +14,8 @@ import struct
 from pathlib import Path
 
 import numpy as np
+
+from .torchfile import TorchFile, TorchFileError
 
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 
@@ -75,19 +78,20 @@ class _SafetensorsFile:
 
 
 class _TorchFile:
+    """pytorch_model.bin through ftnative.torchfile: numpy only, no code from the file runs."""
+
     def __init__(self, path: Path):
         try:
-            import torch  # noqa: PLC0415 - optional: only pytorch_model.bin checkpoints need it
-        except ImportError:
-            raise CheckpointError(f"{path}: reading pytorch_model.bin needs torch (pip install torch)") from None
-        self.torch = torch
-        self.state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+            self.file = TorchFile(path)
+        except TorchFileError as err:
+            raise CheckpointError(str(err)) from None
 
     def names(self) -> list[str]:
-        return list(self.state)
+        return self.file.names()
 
     def get(self, name: str) -> np.ndarray:
-        return self.state[name].to(self.torch.float32).numpy().copy()
+        raw = self.file.raw(name)
+        return bf16_to_f32(raw) if self.file.dtype(name) == "BFloat16Storage" else raw.astype(np.float32, copy=False)
 
 
 class Checkpoint:

@@ -63,7 +63,7 @@ def _convert_part(job: tuple[str, str, dict, int, str], layer: int | None, out: 
     ckpt_dir, family, params, tp, dtype = job
     ckpt = Checkpoint(ckpt_dir)
     fam = FAMILIES[family]
-    make = mapping(family, ckpt.config)
+    make = mapping(family, ckpt.config, tp, dtype)
     d = dims(params, "ftnative.convert")
     tensors = fam.global_tensors(params) if layer is None else fam.layer_tensors(params)
     written = 0

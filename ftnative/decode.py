@@ -2,8 +2,8 @@
 
     python3 -m ftnative.decode DIR --ids 1,2,3 --max-new-tokens 32 [--top-k 50 --top-p 0.9 --seed 1]
 
-Loads a `<tp>-gpu` directory (config.ini and the weight files, merging the tensor-parallel rank
-files along the registry's split axes), runs each family's forward pass in numpy (float32) and
+Loads a `<tp>-gpu` directory (config.ini and the weight files, each tensor-parallel rank's files
+apart), runs each family's forward pass in numpy (float32) rank by rank as FT's kernels do, and
 generates tokens greedily or by top-k/top-p sampling with a seed. It reads only the FT files, so
 it checks a conversion independently of the code that made it, and it is the engine of the lab's
 CPU stand-in for the FT backend.
@@ -35,20 +35,6 @@ _INT_KEYS = ("head_num", "size_per_head", "inter_size", "num_layer", "vocab_size
 
 class ModelError(Exception):
     """A shard directory the decoder cannot load."""
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    # Abramowitz & Stegun 7.1.26 refined (max error 1.2e-7): float32-exact for GELU.
-    t = 1.0 / (1.0 + 0.5 * np.abs(x))
-    poly = t * np.exp(
-        -x * x - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806
-        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
-    )  # fmt: skip
-    return np.where(x >= 0, 1.0 - poly, poly - 1.0).astype(np.float32)
-
-
-def gelu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -95,22 +81,48 @@ def alibi_slopes(heads: int) -> np.ndarray:
 
 @dataclass
 class Model:
+    """A `<tp>-gpu` directory as FT holds it: the replicated files (every rank reads the same)
+    and, per tensor-parallel rank, that rank's part of the split tensors. A layer runs rank by
+    rank from those parts and sums them where FT's NCCL all-reduce does; each bias is added
+    where FT's kernels add it, once after the all-reduce or on every rank before it (per family,
+    from FT's decoder sources, cited below). Nothing is merged: a shard set that FT would
+    misread decodes wrongly here too."""
+
     family: str
     params: dict
-    weights: dict[str, np.ndarray]
+    shared: dict[str, np.ndarray]
+    ranks: list[dict[str, np.ndarray]]
+
+    @property
+    def tp(self) -> int:
+        return len(self.ranks)
 
     def w(self, name: str, layer: int | None = None) -> np.ndarray:
-        return self.weights[name if layer is None else name.replace("{L}", str(layer))]
+        """A replicated tensor."""
+        return self.shared[name if layer is None else name.replace("{L}", str(layer))]
+
+    def part(self, rank: int, name: str, layer: int) -> np.ndarray:
+        """Rank `rank`'s part of a split tensor."""
+        return self.ranks[rank][name.replace("{L}", str(layer))]
+
+    def allreduce(self, per_rank) -> np.ndarray:
+        """ftNcclAllReduceSum: the sum of what each rank computed, rank 0 first."""
+        total = per_rank(0)
+        for rank in range(1, self.tp):
+            total = total + per_rank(rank)
+        return total
 
     @property
     def eps(self) -> float:
         return float(self.params.get("layernorm_eps", 1e-6 if self.family == "llama" else 1e-5))
 
-    def _attention(self, h: np.ndarray, layer: int) -> np.ndarray:
+    def _attention(self, h: np.ndarray, layer: int, rank: int) -> np.ndarray:
+        """One rank's attention before the all-reduce: its heads (its columns of QKV, with its
+        part of the QKV bias), then its rows of the output projection, no output bias."""
         p = self.params
-        heads, hs = p["head_num"], p["size_per_head"]
-        qkv = h @ self.w("model.layers.{L}.attention.query_key_value.weight", layer).reshape(h.shape[1], -1)
-        bias = self.weights.get(f"model.layers.{layer}.attention.query_key_value.bias")
+        heads, hs = p["head_num"] // self.tp, p["size_per_head"]
+        qkv = h @ self.part(rank, "model.layers.{L}.attention.query_key_value.weight", layer).reshape(h.shape[1], -1)
+        bias = self.ranks[rank].get(f"model.layers.{layer}.attention.query_key_value.bias")
         if bias is not None:
             qkv = qkv + bias.reshape(-1)
         q, k, v = (part.reshape(-1, heads, hs) for part in np.split(qkv, 3, axis=-1))
@@ -120,50 +132,66 @@ class Model:
             k = _rotary(k, p["rotary_embedding"], interleaved)
         scores = np.einsum("thd,shd->hts", q, k) / math.sqrt(hs)
         length = h.shape[0]
-        if self.family == "bloom":
-            scores = scores + alibi_slopes(heads)[:, None, None] * np.arange(length, dtype=np.float32)[None, None, :]
+        if self.family == "bloom":  # ParallelGpt.cc: this rank's slopes, linear_bias_slopes + local_head_num * rank
+            slopes = alibi_slopes(p["head_num"])[rank * heads : (rank + 1) * heads]
+            scores = scores + slopes[:, None, None] * np.arange(length, dtype=np.float32)[None, None, :]
         scores = np.where(np.tril(np.ones((length, length), dtype=bool))[None], scores, -np.inf)
         scores = np.exp(scores - scores.max(-1, keepdims=True))
         probs = scores / scores.sum(-1, keepdims=True)
         context = np.einsum("hts,shd->thd", probs, v).reshape(length, heads * hs)
-        return context @ self.w("model.layers.{L}.attention.dense.weight", layer)
+        return context @ self.part(rank, "model.layers.{L}.attention.dense.weight", layer)
 
-    def _mlp(self, h: np.ndarray, layer: int, act) -> np.ndarray:
-        up = h @ self.w("model.layers.{L}.mlp.dense_h_to_4h.weight", layer) + self.w(
-            "model.layers.{L}.mlp.dense_h_to_4h.bias", layer
+    def _ffn(self, h: np.ndarray, layer: int, rank: int, act) -> np.ndarray:
+        """One rank's FFN before the all-reduce: its columns of the up projection (with its part of
+        that bias), the activation, its rows of the down projection, no output bias."""
+        if self.family == "llama":  # SiLU-gated: gate and up split alike
+            gate = h @ self.part(rank, "model.layers.{L}.mlp.gate_proj.weight", layer)
+            up = h @ self.part(rank, "model.layers.{L}.mlp.up_proj.weight", layer)
+            return (gate / (1.0 + np.exp(-gate)) * up) @ self.part(rank, "model.layers.{L}.mlp.down_proj.weight", layer)
+        up = h @ self.part(rank, "model.layers.{L}.mlp.dense_h_to_4h.weight", layer) + self.part(
+            rank, "model.layers.{L}.mlp.dense_h_to_4h.bias", layer
         )
-        return act(up) @ self.w("model.layers.{L}.mlp.dense_4h_to_h.weight", layer)
+        return act(up) @ self.part(rank, "model.layers.{L}.mlp.dense_4h_to_h.weight", layer)
 
     def _ln(self, name: str, x: np.ndarray, layer: int) -> np.ndarray:
         return layernorm(x, self.w(f"{name}.weight", layer), self.w(f"{name}.bias", layer), self.eps)
 
     def _layer(self, x: np.ndarray, i: int) -> np.ndarray:
-        """One decoder layer of the family on hidden states x [T, hidden]."""
-        f, w = self.family, self.w
-        if f == "gptj":  # parallel attention and MLP from one layernorm
+        """One decoder layer of the family on hidden states x [T, hidden], as FT computes it.
+        FT's FFN activation is GELU in its tanh form for every family but LLaMA
+        (activation_kernels.cu, GeluActivation), whatever hidden_act the checkpoint names."""
+        f, w, reduce = self.family, self.w, self.allreduce
+        if f == "gptj":
+            # GptJDecoder.cc: attention and FFN each end in their own all-reduce; then
+            # invokeAddBiasAttentionFfnResidual adds both, the input and the FFN's output bias, once.
             h = self._ln("model.layers.{L}.input_layernorm", x, i)
-            mlp = self._mlp(h, i, gelu_tanh) + w("model.layers.{L}.mlp.dense_4h_to_h.bias", i)
-            return x + self._attention(h, i) + mlp
-        if f in ("gpt", "bloom"):
-            x = x + self._attention(self._ln("model.layers.{L}.input_layernorm", x, i), i)
-            x = x + w("model.layers.{L}.attention.dense.bias", i)
+            attn = reduce(lambda r: self._attention(h, i, r))
+            ffn = reduce(lambda r: self._ffn(h, i, r, gelu_tanh))
+            return ffn + attn + w("model.layers.{L}.mlp.dense_4h_to_h.bias", i) + x
+        if f == "gptneox" and self.params.get("use_gptj_residual"):
+            # GptNeoXDecoder.cc, use_gptj_residual: attention and FFN skip their all-reduce; every
+            # rank adds its FFN output, its attention output, mlp.attention.bias.sum and
+            # layer_input / tp (invokeAddBiasAttentionFfnResidual), then ftNcclAllReduceSum. The
+            # bias file is added tp times: it must hold the sum divided by tp.
+            h_attn = self._ln("model.layers.{L}.input_layernorm", x, i)
+            h_ffn = self._ln("model.layers.{L}.post_attention_layernorm", x, i)
+            bias = w("model.layers.{L}.mlp.attention.bias.sum", i)
+            return reduce(
+                lambda r: self._ffn(h_ffn, i, r, gelu_tanh) + self._attention(h_attn, i, r) + bias + x / self.tp
+            )
+        if f in ("gpt", "bloom", "gptneox"):
+            # ParallelGptDecoder.cc and GptNeoXDecoder.cc without parallel residual: the attention's
+            # all-reduce, then invokeGeneralAddBiasResidualPreLayerNorm adds attention.dense.bias once;
+            # the FFN's all-reduce, then invokeAddBiasResidual adds mlp.dense_4h_to_h.bias once.
+            h = self._ln("model.layers.{L}.input_layernorm", x, i)
+            x = reduce(lambda r: self._attention(h, i, r)) + w("model.layers.{L}.attention.dense.bias", i) + x
             h = self._ln("model.layers.{L}.post_attention_layernorm", x, i)
-            return x + self._mlp(h, i, gelu_tanh) + w("model.layers.{L}.mlp.dense_4h_to_h.bias", i)
-        if f == "gptneox":
-            attn = self._attention(self._ln("model.layers.{L}.input_layernorm", x, i), i)
-            if self.params.get("use_gptj_residual"):
-                mlp = self._mlp(self._ln("model.layers.{L}.post_attention_layernorm", x, i), i, gelu)
-                return x + attn + mlp + w("model.layers.{L}.mlp.attention.bias.sum", i)
-            x = x + attn + w("model.layers.{L}.attention.dense.bias", i)
-            mlp = self._mlp(self._ln("model.layers.{L}.post_attention_layernorm", x, i), i, gelu)
-            return x + mlp + w("model.layers.{L}.mlp.dense_4h_to_h.bias", i)
-        # llama: RMSNorm, SiLU-gated MLP, no biases
+            return reduce(lambda r: self._ffn(h, i, r, gelu_tanh)) + w("model.layers.{L}.mlp.dense_4h_to_h.bias", i) + x
+        # llama (void-main's LlamaDecoder.cc): RMSNorm, no biases, each block all-reduced then added.
         h = rmsnorm(x, w("model.layers.{L}.input_layernorm.weight", i), self.eps)
-        x = x + self._attention(h, i)
+        x = x + reduce(lambda r: self._attention(h, i, r))
         h = rmsnorm(x, w("model.layers.{L}.post_attention_layernorm.weight", i), self.eps)
-        gate = h @ w("model.layers.{L}.mlp.gate_proj.weight", i)
-        up = h @ w("model.layers.{L}.mlp.up_proj.weight", i)
-        return x + (gate / (1.0 + np.exp(-gate)) * up) @ w("model.layers.{L}.mlp.down_proj.weight", i)
+        return x + reduce(lambda r: self._ffn(h, i, r, None))
 
     def logits(self, ids: list[int]) -> np.ndarray:
         """Logits of the last position for the token sequence `ids`."""
@@ -265,15 +293,15 @@ def shard_tp(directory: Path, params: dict) -> int:
 
 
 def load(directory: str | Path) -> Model:
-    """Load a `<tp>-gpu` directory, merging its rank files."""
+    """Load a `<tp>-gpu` directory: the replicated files once, each rank's files apart."""
     directory = Path(directory)
     family, params, dtype = read_config(directory)
     tp = shard_tp(directory, params)
     d = dims(params, "ftnative.decode")
     fam = FAMILIES[family]
-    parts: dict[str, list[np.ndarray]] = {}
-    tensors = {}
-    for name, tensor, _rank in weight_files(fam, params, tp):
+    shared: dict[str, np.ndarray] = {}
+    ranks: list[dict[str, np.ndarray]] = [{} for _ in range(tp)]
+    for name, tensor, rank in weight_files(fam, params, tp):
         path = directory / name
         shape = shard_shape(tensor, d, tp)
         expected = math.prod(shape) * np.dtype(_FILE_DTYPES[dtype]).itemsize
@@ -281,17 +309,13 @@ def load(directory: str | Path) -> Model:
             got = path.stat().st_size if path.exists() else "missing"
             raise ModelError(f"{path}: {got} bytes, expected {expected} ({dtype} {shape})")
         data = np.fromfile(path, dtype=_FILE_DTYPES[dtype])
-        data = bf16_to_f32(data) if dtype == "bf16" else data.astype(np.float32)
+        data = (bf16_to_f32(data) if dtype == "bf16" else data.astype(np.float32)).reshape(shape)
         stem = name[: -len(".bin")]
-        if tensor.split_axis is not None:
-            stem = stem.rsplit(".", 1)[0]
-        parts.setdefault(stem, []).append(data.reshape(shape))
-        tensors[stem] = tensor
-    weights = {
-        stem: (chunks[0] if tensors[stem].split_axis is None else np.concatenate(chunks, axis=tensors[stem].split_axis))
-        for stem, chunks in parts.items()
-    }
-    return Model(family, params, weights)
+        if rank is None:
+            shared[stem] = data
+        else:
+            ranks[rank][stem.rsplit(".", 1)[0]] = data
+    return Model(family, params, shared, ranks)
 
 
 def main(argv: list[str] | None = None) -> int:

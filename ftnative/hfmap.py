@@ -40,9 +40,12 @@ def _per_head_qkv_bias(b: np.ndarray, heads: int) -> np.ndarray:
     return b.reshape(heads, 3, hs).transpose(1, 0, 2).reshape(3, heads * hs)
 
 
-def mapping(family: str, config: dict) -> Callable[[str, Checkpoint, int | None], np.ndarray]:
-    """A function (FT tensor name template, checkpoint, layer) -> full FT tensor."""
-    table = _TABLES[family](config)
+def mapping(
+    family: str, config: dict, tp: int = 1, dtype: str = "fp32"
+) -> Callable[[str, Checkpoint, int | None], np.ndarray]:
+    """A function (FT tensor name template, checkpoint, layer) -> full FT tensor, for `tp` ranks
+    whose files hold `dtype` (a replicated tensor that FT adds on every rank depends on both)."""
+    table = _TABLES[family](config, tp, dtype)
 
     def make(template: str, ckpt: Checkpoint, layer: int | None) -> np.ndarray:
         key = re.sub(r"^model\.(layers\.\{L\}\.)?", "", template)
@@ -53,7 +56,7 @@ def mapping(family: str, config: dict) -> Callable[[str, Checkpoint, int | None]
     return make
 
 
-def _gptj(config: dict) -> dict[str, Getter]:
+def _gptj(config: dict, _tp: int, _dtype: str) -> dict[str, Getter]:
     p = ("transformer.", "")
 
     def h(name: str) -> Callable[[int | None], tuple[str, ...]]:
@@ -78,7 +81,7 @@ def _gptj(config: dict) -> dict[str, Getter]:
     }
 
 
-def _gpt2(config: dict) -> dict[str, Getter]:
+def _gpt2(config: dict, _tp: int, _dtype: str) -> dict[str, Getter]:
     p = ("transformer.", "")
 
     def g(name: str) -> Getter:
@@ -134,13 +137,30 @@ def _fused_per_head(prefixes: tuple[str, ...], layers: str, attn: str, heads: in
         "mlp.dense_h_to_4h.bias": g("mlp.dense_h_to_4h.bias"),
         "mlp.dense_4h_to_h.weight": t("mlp.dense_4h_to_h.weight"),
         "mlp.dense_4h_to_h.bias": g("mlp.dense_4h_to_h.bias"),
-        "mlp.attention.bias.sum": lambda c, i: g(f"{attn}.dense.bias")(c, i) + g("mlp.dense_4h_to_h.bias")(c, i),
     }
 
 
-def _gptneox(config: dict) -> dict[str, Getter]:
+def _neox_bias_sum(a: np.ndarray, m: np.ndarray, tp: int, dtype: str) -> np.ndarray:
+    """mlp.attention.bias.sum for parallel residual: FT adds it on EVERY rank before the
+    all-reduce (GptNeoXDecoder.cc: invokeAddBiasAttentionFfnResidual, then ftNcclAllReduceSum),
+    so each rank's copy holds 1/tp of the attention-out and MLP-down biases' sum. Computed as
+    FT's converter does (each bias in the file's dtype divided by tp, then added in that dtype),
+    so the bytes equal huggingface_gptneox_convert.py's."""
+    kind = np.float16 if dtype == "fp16" else np.float32
+    a, m = a.astype(kind), m.astype(kind)
+    if tp > 1:
+        a, m = a / kind(tp), m / kind(tp)
+    return (a + m).astype(kind).astype(np.float32)
+
+
+def _gptneox(config: dict, tp: int, dtype: str) -> dict[str, Getter]:
     p = ("gpt_neox.", "")
     table = _fused_per_head(p, "layers", "attention", config["num_attention_heads"])
+    # Without parallel residual FT reads attention.dense.bias and mlp.dense_4h_to_h.bias instead
+    # and adds each ONCE, after its block's all-reduce: those stay whole (FT's converter divides
+    # them by tp there too, which is wrong at tp > 1; docs/models.md).
+    attn_bias, mlp_bias = table["attention.dense.bias"], table["mlp.dense_4h_to_h.bias"]
+    table["mlp.attention.bias.sum"] = lambda c, i: _neox_bias_sum(attn_bias(c, i), mlp_bias(c, i), tp, dtype)
     table.update({
         "wte": lambda c, _: c.get(*_names("embed_in.weight", prefixes=p)),
         "final_layernorm.weight": lambda c, _: c.get(*_names("final_layer_norm.weight", prefixes=p)),
@@ -150,7 +170,7 @@ def _gptneox(config: dict) -> dict[str, Getter]:
     return table
 
 
-def _bloom(config: dict) -> dict[str, Getter]:
+def _bloom(config: dict, _tp: int, _dtype: str) -> dict[str, Getter]:
     p = ("transformer.", "")
     heads = config.get("n_head") or config["num_attention_heads"]
     table = _fused_per_head(p, "h", "self_attention", heads)
@@ -164,7 +184,7 @@ def _bloom(config: dict) -> dict[str, Getter]:
     return table
 
 
-def _llama(config: dict) -> dict[str, Getter]:
+def _llama(config: dict, _tp: int, _dtype: str) -> dict[str, Getter]:
     p = ("model.", "")
 
     def g(name: str) -> Getter:
@@ -190,7 +210,7 @@ def _llama(config: dict) -> dict[str, Getter]:
     }
 
 
-_TABLES: dict[str, Callable[[dict], dict[str, Getter]]] = {
+_TABLES: dict[str, Callable[[dict, int, str], dict[str, Getter]]] = {
     "gptj": _gptj,
     "gpt": _gpt2,
     "gptneox": _gptneox,

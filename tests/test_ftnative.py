@@ -37,9 +37,11 @@ def tiny_config(family: str, **overrides):
         "gptj": lambda: t.GPTJConfig(vocab_size=128, n_positions=64, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
                                      tie_word_embeddings=False, **COMMON),
         "gpt": lambda: t.GPT2Config(vocab_size=128, n_positions=64, n_embd=64, n_layer=2, n_head=4, **COMMON),
+        # FT's GPT-NeoX FFN applies GELU in its tanh form (GeluActivation) whatever hidden_act says;
+        # gelu_new is that form in transformers, so the two compute the same function here.
         "gptneox": lambda: t.GPTNeoXConfig(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                            intermediate_size=256, rotary_pct=0.5, max_position_embeddings=64,
-                                           tie_word_embeddings=False, **COMMON),
+                                           tie_word_embeddings=False, hidden_act="gelu_new", **COMMON),
         "llama": lambda: t.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                                        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
                                        tie_word_embeddings=False, **COMMON),
@@ -51,10 +53,16 @@ def tiny_config(family: str, **overrides):
     return config
 
 
-def make_model(directory: Path, family: str, seed: int = 0, save: dict | None = None, **overrides):
+def make_model(
+    directory: Path, family: str, seed: int = 0, save: dict | None = None, bias_noise: float = 0.3, **overrides
+):
     """A tiny random model saved as a Hugging Face checkpoint; returns the model."""
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(tiny_config(family, **overrides)).eval()
+    with torch.no_grad():  # transformers starts biases at 0 and norms at 1: a misplaced bias would go unseen
+        for name, param in model.named_parameters():
+            if param.dim() == 1:
+                param.add_(torch.randn_like(param) * (bias_noise if name.endswith("bias") else 0.1))
     model.save_pretrained(directory, **(save or {}))
     return model
 
@@ -96,11 +104,38 @@ def test_swapped_rank_files_change_the_tokens(checkpoint, tmp_path):
     assert load(shards).generate(PROMPT, NEW_TOKENS) != expected
 
 
-def test_neox_sequential_residual(tmp_path):
-    model = make_model(tmp_path / "hf", "gptneox", seed=3, use_parallel_residual=False)
-    shards = convert(tmp_path / "hf", tmp_path / "ft", "gptneox", 2, "fp32", log=lambda _m: None)
-    assert (shards / "model.layers.0.attention.dense.bias.bin").exists()
-    assert load(shards).generate(PROMPT, NEW_TOKENS) == reference_tokens(model)
+@pytest.mark.parametrize("tp", [1, 2, 4])
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel-residual", "sequential-residual"])
+def test_neox_output_biases_are_split_where_ft_adds_them(tmp_path, tp, parallel):
+    """FT adds mlp.attention.bias.sum on every rank before the all-reduce (parallel residual), but
+    attention.dense.bias and mlp.dense_4h_to_h.bias once after it (sequential): the first must hold
+    the sum divided by tp, the others the whole biases. The decoder adds them where FT does, so the
+    other split of each (our old sum file; FT's converter's sequential biases) gives wrong tokens."""
+    model = make_model(tmp_path / "hf", "gptneox", seed=5, use_parallel_residual=parallel)
+    expected = reference_tokens(model)
+    shards = convert(tmp_path / "hf", tmp_path / "ft", "gptneox", tp, "fp32", log=lambda _m: None)
+    assert load(shards).generate(PROMPT, NEW_TOKENS) == expected
+    state = model.state_dict()
+    attn = state["gpt_neox.layers.0.attention.dense.bias"].numpy()
+    mlp = state["gpt_neox.layers.0.mlp.dense_4h_to_h.bias"].numpy()
+    if parallel:
+        files = {"model.layers.{L}.mlp.attention.bias.sum.bin": lambda a, m: (a + m) / tp}
+        wrong = {"model.layers.{L}.mlp.attention.bias.sum.bin": lambda a, m: a + m}  # the whole sum on each rank
+    else:
+        files = {"model.layers.{L}.attention.dense.bias.bin": lambda a, m: a,
+                 "model.layers.{L}.mlp.dense_4h_to_h.bias.bin": lambda a, m: m}  # fmt: skip
+        wrong = {"model.layers.{L}.attention.dense.bias.bin": lambda a, m: a / tp,  # FT's converter
+                 "model.layers.{L}.mlp.dense_4h_to_h.bias.bin": lambda a, m: m / tp}  # fmt: skip
+    for name, value in files.items():
+        written = np.fromfile(shards / name.replace("{L}", "0"), dtype="<f4")
+        np.testing.assert_allclose(written, value(attn, mlp), rtol=1e-6, atol=1e-7)
+    if tp == 1:
+        return
+    for layer in range(2):
+        hf = [state[f"gpt_neox.layers.{layer}.{n}"].numpy() for n in ("attention.dense.bias", "mlp.dense_4h_to_h.bias")]
+        for name, value in wrong.items():
+            value(*hf).astype("<f4").tofile(shards / name.replace("{L}", str(layer)))
+    assert load(shards).generate(PROMPT, NEW_TOKENS) != expected
 
 
 def test_pytorch_bin_and_sharded_checkpoints(tmp_path):
@@ -234,12 +269,16 @@ def test_decoder_refuses_a_short_file(checkpoint, tmp_path):
         load(shards)
 
 
-def test_converting_a_2gb_checkpoint_keeps_memory_under_a_quarter_of_it(tmp_path):
-    """Peak RSS of the converting process stays under a quarter of the checkpoint's size."""
+@pytest.mark.parametrize("weights", ["safetensors", "bin"])
+def test_converting_a_2gb_checkpoint_keeps_memory_under_a_quarter_of_it(tmp_path, weights):
+    """Peak RSS of the converting process stays under a quarter of the checkpoint's size, for
+    model.safetensors and for pytorch_model.bin (read through memory maps of the zip's entries)."""
     from benchmarks.convert_bench import run  # noqa: PLC0415 - the benchmark's own measurement
-    from benchmarks.gptj_checkpoint import write  # noqa: PLC0415
+    from benchmarks.gptj_checkpoint import to_pytorch_bin, write  # noqa: PLC0415
 
     size = write(tmp_path / "hf", hidden=1024, layers=40, vocab=8192)
+    if weights == "bin":
+        size = to_pytorch_bin(tmp_path / "hf")
     assert size >= 2_000_000_000
     result = run(tmp_path / "hf", tmp_path / "ft", tp=2, dtype="fp32", workers=1)
     assert result["peak_rss_share"] < 0.25, result
