@@ -1,5 +1,6 @@
 """Write a GPT-J-shaped Hugging Face checkpoint (config.json + model.safetensors) of any size,
-streamed tensor by tensor, so making a 2 GB checkpoint needs a few MB of memory."""
+streamed tensor by tensor, so making a 2 GB checkpoint needs a few MB of memory; and rewrite a
+checkpoint as pytorch_model.bin (single or sharded), as checkpoints from before safetensors are."""
 
 from __future__ import annotations
 
@@ -63,14 +64,34 @@ def write(
     return 8 + len(raw) + offset
 
 
-def to_pytorch_bin(directory: Path) -> int:
-    """Rewrite the checkpoint's model.safetensors as pytorch_model.bin, the format of checkpoints
-    published before safetensors (torch.save's zip archive; needs torch, as their authors had);
-    return its size in bytes."""
+def to_pytorch_bin(directory: Path, shards: int = 1) -> int:
+    """Rewrite a checkpoint's model.safetensors in the layout of checkpoints published before
+    safetensors, with the same tensor names and dtypes: pytorch_model.bin (torch.save's zip
+    archive; needs torch, as their authors had), or with shards > 1 that many
+    pytorch_model-0000i-of-0000n.bin files and pytorch_model.bin.index.json. Returns the bytes
+    of the weight files."""
+    import json  # noqa: PLC0415
+
     import torch  # noqa: PLC0415 - only this writer needs it
     from safetensors.torch import load_file  # noqa: PLC0415
 
-    source, target = directory / "model.safetensors", directory / "pytorch_model.bin"
-    torch.save(load_file(source), target)
+    source = directory / "model.safetensors"
+    state = load_file(source)
+    names = list(state)
+    if shards <= 1:
+        torch.save(state, directory / "pytorch_model.bin")
+        written = [directory / "pytorch_model.bin"]
+    else:
+        shards = min(shards, len(names))
+        weight_map, written = {}, []
+        for number in range(1, shards + 1):
+            file = directory / f"pytorch_model-{number:05d}-of-{shards:05d}.bin"
+            chunk = names[(number - 1) * len(names) // shards : number * len(names) // shards]
+            torch.save({k: state[k] for k in chunk}, file)
+            weight_map.update(dict.fromkeys(chunk, file.name))
+            written.append(file)
+        index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in state.values())},
+                 "weight_map": weight_map}  # fmt: skip
+        (directory / "pytorch_model.bin.index.json").write_text(json.dumps(index, indent=2) + "\n")
     source.unlink()
-    return target.stat().st_size
+    return sum(p.stat().st_size for p in written)

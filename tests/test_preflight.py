@@ -5,6 +5,7 @@ repositories standing in for the model sources."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -28,13 +29,23 @@ def git(*args: str, cwd: Path) -> str:
     return done.stdout.strip()
 
 
-def model_repo(root: Path, name: str, config: dict, branch: str = "main") -> str:
-    """A git repository holding a model's config.json (no weights: preflight never reads them)."""
+def lfs_pointer(size: int, seed: str) -> str:
+    """The text git-lfs commits in place of a file of `size` bytes (the object itself is absent)."""
+    oid = hashlib.sha256(seed.encode()).hexdigest()
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n"
+
+
+def model_repo(root: Path, name: str, config: dict, branch: str = "main", weights: dict | None = None) -> str:
+    """A git repository holding a model's config.json and git-lfs pointers for its weights
+    (`weights`: file name -> size; default one model.safetensors of 1 GB). The objects are absent:
+    preflight reads only the pointers."""
     repo = root / "sources" / name
     repo.mkdir(parents=True)
     git("init", "-q", "-b", branch, cwd=repo)
     (repo / "config.json").write_text(json.dumps(config))
-    git("add", "config.json", cwd=repo)
+    for file, size in (weights or {"model.safetensors": 1_000_000_000}).items():
+        (repo / file).write_text(lfs_pointer(size, f"{name}/{file}") if size >= 0 else "{}")
+    git("add", "-A", cwd=repo)
     git("commit", "-qm", "config", cwd=repo)
     return f"file://{repo}"
 
@@ -51,7 +62,7 @@ def lab(tmp_path_factory):
         "gpt2": model_repo(root, "gpt2", GPT2),
         "gptj": model_repo(root, "gpt-j-6b", GPTJ_6B),
         # A GPT-J-shaped model of 600 layers: about 120 B parameters, for the disk and memory checks.
-        "huge": model_repo(root, "huge", {**GPTJ_6B, "n_layer": 600}),
+        "huge": model_repo(root, "huge", {**GPTJ_6B, "n_layer": 600}, weights={"pytorch_model.bin": 240 * 10**9}),
     }
     return {"root": root, "inventory": inventory, "sources": sources}
 
@@ -66,6 +77,8 @@ def preflight(lab, gpus: str, **overrides) -> tuple[int, str]:
         "fleet_model": {"name": "gpt2", "family": "gpt", "source": {"url": lab["sources"]["gpt2"], "revision": "main"}},
         "fleet_gpu_devices": [0],
         "fleet_api_keys": [{"name": "test", "key": "ftf-test-key-000000000001"}],
+        # This machine is not a GPU host: its Docker images are not NGC's (a test below checks them).
+        "preflight_image_bytes": {"ft_image": 10**9, "triton_image": 10**9},
         **overrides,
     }
     (lab["root"] / "extra.json").write_text(json.dumps(extra))
@@ -82,7 +95,7 @@ def changed_count(out: str) -> int:
 def test_valid_inventory_passes(lab):
     rc, out = preflight(lab, "a100x1")
     assert rc == 0, out
-    assert "preflight passed: gpt2 (gpt, tp 1 x pp 1 on GPUs 0)" in out
+    assert "preflight passed: gpt2 (gpt, tp 1 x pp 1 on GPUs 0; weights safetensors, 1.0 GB)" in " ".join(out.split())
     # A second run with the fact installed changes nothing: the baseline for the failing runs.
     rc, out = preflight(lab, "a100x1")
     assert rc == 0, out
@@ -103,7 +116,8 @@ GPTJ = {"name": "gpt-j-6b", "family": "gptj", "source": {"revision": "main"}, "w
         ("device index that does not exist", "mixed8", {"fleet_gpu_devices": [0, 9]},
          ["fleet_gpu_devices=[0, 9]: GPU index 9 does not exist (the host has 8 GPU(s): 0, 1, 2, 3, 4, 5, 6, 7)"]),
         ("too little disk and GPU memory", "a100x1", {"model": "huge"},
-         ["fleet_data_root=", "huge needs", "GB (", "B parameters", "fix: free space or point fleet_data_root",
+         ["fleet_data_root=", "huge needs", "GB (its weights, bin, fetch 240.0 GB, twice with git-lfs; the fp32 shards",
+          "fix: free space or point fleet_data_root",
           "fleet_tensor_para_size=1: huge needs", "MiB of weights per GPU at fp16"]),
         ("driver too old for the container", "a100x1", {"fleet_triton_container_version": "25.04"},
          ["installed driver=535.104.05 with fleet_triton_container_version=25.04: driver 535.104.05 is too old "
@@ -200,10 +214,10 @@ BAD_INVENTORIES = [
     ("unquoted-container", "a100x1", {"fleet_ft_container_version": 22.1},
      "fleet_ft_container_version=22.1: container version 22.1 must be a string like '22.04'"),
     ("grouped-query-attention", "a100x1", {"model": "gqa"},
-     "(llama): its config.json cannot be served: llama config.json has num_key_value_heads 8 != "
+     "(llama): its checkpoint cannot be served: llama config.json has num_key_value_heads 8 != "
      "num_attention_heads 32"),
     ("heads-not-dividing-hidden", "a100x1", {"model": "oddheads"},
-     "its config.json cannot be served: hidden size 4096 is not a multiple of the head count 15"),
+     "its checkpoint cannot be served: hidden size 4096 is not a multiple of the head count 15"),
     ("relative-data-root", "a100x1", {"fleet_data_root": "srv/ftfleet"},
      "fleet_data_root='srv/ftfleet': must be an absolute, normalized path"),
     ("model-name-with-slash", "a100x1", {"model_name": "openai/gpt2"},
@@ -244,17 +258,28 @@ BAD_INVENTORIES = [
      "fleet_hf_token: must be one word without spaces or line breaks"),
     ("weight-dtype-for-family", "a100x1", {"model": "gptj", "weight_dtype": "fp16"},
      "fleet_model.weight_dtype='fp16': the gptj converter writes fp32 only"),
+    ("weights-the-engine-cannot-read", "a100x1", {"model": "gptj", "fleet_convert_engine": "upstream"},
+     "fleet_convert_engine=upstream: the gptj converter cannot read its weights (safetensors (single)); FT's GPT-J "
+     "converter reads one unsharded pytorch_model.bin; fix: set fleet_convert_engine: native"),
+    ("no-pytorch-weights", "a100x1", {"model": "tfonly"},
+     "its checkpoint cannot be served: no weights that a converter reads (it has tf_model.h5)"),
+    ("lfs-include-leaves-out-weights", "a100x1", {"model_checkpoint_lfs_include": "*.bin"},
+     "model_checkpoint_lfs_include='*.bin' leaves out model.safetensors, which the converter reads"),
+    ("images-do-not-fit", "a100x1", {"preflight_image_bytes": {"ft_image": 10**15, "triton_image": 10**15},
+                                     "fleet_api_keys": [{"name": "t", "key": "ftf-test-key-000000000001"}]},
+     "the images stage needs 2000000.0 GB for ft_image and triton_image (preflight_image_bytes)"),
 ]  # fmt: skip
 
 
 def test_bad_inventories_each_fail_before_any_change_naming_the_fix(lab):
     root = lab["root"]
-    configs = {"gqa": {**LLAMA_7B, "num_key_value_heads": 8}, "oddheads": {**GPTJ_6B, "n_head": 15}}
+    configs = {"gqa": ({**LLAMA_7B, "num_key_value_heads": 8}, None), "oddheads": ({**GPTJ_6B, "n_head": 15}, None),
+               "tfonly": (GPT2, {"tf_model.h5": 498_000_000})}  # fmt: skip
     sources = dict(lab["sources"])
-    for name, config in configs.items():
+    for name, (config, weights) in configs.items():
         if name not in sources:
-            sources[name] = model_repo(root, name, config)
-    families = {"gpt2": "gpt", "gptj": "gptj", "gqa": "llama", "oddheads": "gptj"}
+            sources[name] = model_repo(root, name, config, weights=weights)
+    families = {"gpt2": "gpt", "gptj": "gptj", "gqa": "llama", "oddheads": "gptj", "tfonly": "gpt"}
     hosts = {}
     for case, gpus, change, _ in BAD_INVENTORIES:
         overrides = dict(change)
@@ -269,6 +294,7 @@ def test_bad_inventories_each_fail_before_any_change_naming_the_fix(lab):
             "gpu_facts_fact_path": str(root / "facts" / case),
             "gpu_facts_nvidia_smi": str(RECORDINGS / gpus / "nvidia-smi"),
             "preflight_config_cache": str(root / "cache"), "fleet_data_root": str(root / "data"),
+            "preflight_image_bytes": {"ft_image": 10**9, "triton_image": 10**9},
             "fleet_model": fleet_model, "fleet_gpu_devices": [0], **overrides,
         }  # fmt: skip
     inventory = root / "bad-inventories.yml"
@@ -304,12 +330,17 @@ def test_the_example_production_inventory_passes_preflight_on_its_hardware(lab, 
     recordings = {"gpu-a100-01.example.com": "a100x1", "gpu-a100-08.example.com": "mixed8",
                   "gpu-l40s-04.example.com": "l40sx4"}  # fmt: skip
     seeds = {"kogpt": KOGPT_6B, "llama7b": LLAMA_7B}
+    # The weights as the two repositories hold them: KoGPT's float16 branch one pytorch_model.bin,
+    # llama-7b-hf 33 shards with an index (sizes as their git-lfs pointers give them, rounded).
+    layouts = {"kogpt": {"pytorch_model.bin": 12_219_000_000},
+               "llama7b": {"pytorch_model.bin.index.json": -1,
+                           **{f"pytorch_model-{i:05d}-of-00033.bin": 405_000_000 for i in range(1, 34)}}}  # fmt: skip
     groups = {"kogpt": ["gpu-a100-01.example.com", "gpu-a100-08.example.com"],
               "llama7b": ["gpu-l40s-04.example.com"]}  # fmt: skip
     hosts = {}
     for group, members in groups.items():
         model = yaml.safe_load((ROOT / "inventories/prod/group_vars" / group / "fleet.yml").read_text())["fleet_model"]
-        url = model_repo(tmp_path, group, seeds[group], branch=model["source"]["revision"])
+        url = model_repo(tmp_path, group, seeds[group], branch=model["source"]["revision"], weights=layouts[group])
         for host in members:
             hosts[host] = {
                 "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
@@ -318,6 +349,7 @@ def test_the_example_production_inventory_passes_preflight_on_its_hardware(lab, 
                 "preflight_config_cache": str(tmp_path / "cache"), "fleet_data_root": str(tmp_path / "data"),
                 # This machine's disk is not the hosts' disk: the disk check is not what is tried here.
                 "preflight_disk_headroom": 0.001,
+                "preflight_image_bytes": {"ft_image": 0, "triton_image": 0},
                 "fleet_model": {**model, "source": {**model["source"], "url": url}},
             }  # fmt: skip
     overlay = tmp_path / "here.yml"
@@ -328,9 +360,9 @@ def test_the_example_production_inventory_passes_preflight_on_its_hardware(lab, 
                           "--vault-password-file", password)  # fmt: skip
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
-    passed = [" ".join(line.split()) for line in out.splitlines() if "preflight passed:" in line]
+    passed = re.findall(r"preflight passed: [^']*", " ".join(out.split()))  # the messages, unwrapped
     assert sorted(passed) == [
-        "msg: 'preflight passed: kogpt (gptj, tp 1 x pp 1 on GPUs 0)'",
-        "msg: 'preflight passed: kogpt (gptj, tp 8 x pp 1 on GPUs 0,1,2,3,4,5,6,7)'",
-        "msg: 'preflight passed: llama-7b (llama, tp 2 x pp 1 on GPUs 0,1)'",
+        "preflight passed: kogpt (gptj, tp 1 x pp 1 on GPUs 0; weights bin, 12.22 GB)",
+        "preflight passed: kogpt (gptj, tp 8 x pp 1 on GPUs 0,1,2,3,4,5,6,7; weights bin, 12.22 GB)",
+        "preflight passed: llama-7b (llama, tp 2 x pp 1 on GPUs 0,1; weights bin sharded, 13.37 GB)",
     ], out[-3000:]

@@ -56,6 +56,8 @@ def world():
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
            "HOME": str(root), "PATH": "/usr/bin:/bin"}  # fmt: skip
     (root / "work" / "config.json").write_text(json.dumps(GPT2))
+    # weights for preflight's file list (a plain file, no LFS object: this test is about the token)
+    (root / "work" / "model.safetensors").write_bytes(b"\x00" * 8)
     for argv in (["git", "init", "-q", "-b", "main"], ["git", "add", "."], ["git", "commit", "-qm", "gated model"]):
         subprocess.run(argv, cwd=root / "work", env=env, check=True)
     subprocess.run(["git", "clone", "-q", "--bare", "work", "srv/model.git"], cwd=root, env=env, check=True)

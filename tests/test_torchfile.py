@@ -30,6 +30,7 @@ transformers = pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.gptj_checkpoint import to_pytorch_bin  # noqa: E402
 from ftnative.checkpoint import Checkpoint, CheckpointError, _TorchFile  # noqa: E402
 from ftnative.torchfile import TorchFile, TorchFileError  # noqa: E402
 from tests.test_ftnative import FAMILIES, make_model  # noqa: E402
@@ -223,34 +224,12 @@ def run_without_torch(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, capture_output=True, check=False, text=True, env=env, timeout=300)
 
 
-def save_as_bin(source: Path, directory: Path, *, sharded: bool = False) -> None:
-    """The checkpoint in `source` (safetensors) in the layout of checkpoints published before
-    safetensors: pytorch_model.bin, or shards with pytorch_model.bin.index.json. The tensors and
-    their names are the saved ones (transformers renames some in memory, e.g. NeoX's embed_out)."""
-    from safetensors.torch import load_file  # noqa: PLC0415
-
-    directory.mkdir(parents=True)
-    shutil.copy(source / "config.json", directory)
-    state = load_file(source / "model.safetensors")
-    if not sharded:
-        torch.save(state, directory / "pytorch_model.bin")
-        return
-    names, weight_map, shards = list(state), {}, []
-    per_shard = max(1, len(names) // 3)
-    for start in range(0, len(names), per_shard):
-        shards.append(names[start : start + per_shard])
-    for number, chunk in enumerate(shards, 1):
-        file = f"pytorch_model-{number:05d}-of-{len(shards):05d}.bin"
-        torch.save({k: state[k] for k in chunk}, directory / file)
-        weight_map.update(dict.fromkeys(chunk, file))
-    (directory / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bin_and_safetensors_convert_to_the_same_bytes_without_torch(tmp_path, family):
     """fp16 .bin (as KoGPT's float16 branch) for every family, LLaMA also sharded with an index."""
     make_model(tmp_path / "src", family, seed=11).half().save_pretrained(tmp_path / "st")  # safetensors, fp16
-    save_as_bin(tmp_path / "st", tmp_path / "bin", sharded=family == "llama")
+    shutil.copytree(tmp_path / "st", tmp_path / "bin")
+    to_pytorch_bin(tmp_path / "bin", shards=3 if family == "llama" else 1)
     if family == "llama":
         assert (tmp_path / "bin" / "pytorch_model.bin.index.json").exists()
     for name in ("st", "bin"):
@@ -269,8 +248,8 @@ def test_bin_and_safetensors_convert_to_the_same_bytes_without_torch(tmp_path, f
 
 
 def test_a_missing_shard_of_the_index_is_named(tmp_path):
-    make_model(tmp_path / "src", "llama", seed=2)
-    save_as_bin(tmp_path / "src", tmp_path / "bin", sharded=True)
+    make_model(tmp_path / "bin", "llama", seed=2)
+    to_pytorch_bin(tmp_path / "bin", shards=3)
     next((tmp_path / "bin").glob("pytorch_model-00002-*.bin")).unlink()
     with pytest.raises(CheckpointError, match=r"the index names pytorch_model-00002-of-\d+\.bin, which is missing"):
         Checkpoint(tmp_path / "bin")
