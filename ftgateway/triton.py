@@ -1,8 +1,7 @@
 """The model repository's steps over gRPC: preprocessing -> fastertransformer -> postprocessing.
 
-The ensemble carries only the prompt, the output length and the bad/stop words; the sampling
-inputs (runtime_top_k, runtime_top_p, temperature, random_seed) exist only on the
-fastertransformer model, so the gateway runs the three steps itself. When the fastertransformer
+The gateway runs the three steps itself (the ensemble takes the sampling inputs too, as upstream's,
+but streaming token by token needs the steps apart). When the fastertransformer
 model is decoupled (triton_model_repo_decoupled), it answers a stream of responses, one per
 generated step, each with the sequence so far; otherwise one response with the whole sequence.
 """
@@ -93,6 +92,7 @@ class Triton:
     def __init__(self, url: str, timeout_s: float) -> None:
         self.url, self.timeout = url, timeout_s
         self._client: grpcclient.InferenceServerClient | None = None
+        self._post_inputs: set[str] | None = None
 
     @property
     def client(self) -> grpcclient.InferenceServerClient:
@@ -138,12 +138,27 @@ class Triton:
         text = await self.detokenize(ids.reshape(1, 1, -1), count)
         return Tokens(ids=ids, count=count, stop_ids=stop_ids, text=text)
 
+    async def _postprocessing_inputs(self) -> set[str]:
+        """The postprocessing model's input names (they differ by family, as upstream's do), read
+        once; a failed call forgets them (a restarted tritonserver may serve another family)."""
+        if self._post_inputs is None:
+            config = await self.client.get_model_config("postprocessing", as_json=True, client_timeout=10)
+            self._post_inputs = {i["name"] for i in config.get("config", {}).get("input", [])}
+        return self._post_inputs
+
     async def detokenize(self, output_ids: np.ndarray, length: int) -> str:
+        declared = await self._postprocessing_inputs()
         inputs = [
             _tensor("TOKENS_BATCH", output_ids.astype(np.uint32), "UINT32"),
-            _tensor("SEQUENCE_LENGTH", np.array([[length]], dtype=np.uint32), "UINT32"),
+            _tensor("sequence_length", np.array([[length]], dtype=np.uint32), "UINT32"),
         ]
-        result = await self.client.infer("postprocessing", inputs, client_timeout=self.timeout)
+        if "RESPONSE_INPUT_LENGTHS" in declared:  # GPT and BLOOM declare it (unused, as upstream's)
+            inputs.append(_tensor("RESPONSE_INPUT_LENGTHS", np.array([[0]], dtype=np.int32), "INT32"))
+        try:
+            result = await self.client.infer("postprocessing", inputs, client_timeout=self.timeout)
+        except InferenceServerException:
+            self._post_inputs = None
+            raise
         return result.as_numpy("OUTPUT").reshape(-1)[0].decode(errors="replace")
 
     def _ft_inputs(self, tokens: Tokens, max_tokens: int, params: Sampling) -> list[grpcclient.InferInput]:

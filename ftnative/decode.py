@@ -193,8 +193,8 @@ class Model:
         h = rmsnorm(x, w("model.layers.{L}.post_attention_layernorm.weight", i), self.eps)
         return x + reduce(lambda r: self._ffn(h, i, r, None))
 
-    def logits(self, ids: list[int]) -> np.ndarray:
-        """Logits of the last position for the token sequence `ids`."""
+    def hidden(self, ids: list[int]) -> np.ndarray:
+        """The last layer's output for every position of `ids` [T, hidden], before the final norm."""
         f, eps, w = self.family, self.eps, self.w
         x = w("model.wte.weight" if f == "llama" else "model.wte")[ids]
         if f == "gpt":
@@ -203,7 +203,12 @@ class Model:
             x = layernorm(x, w("model.pre_decoder_layernorm.weight"), w("model.pre_decoder_layernorm.bias"), eps)
         for i in range(self.params["num_layer"]):
             x = self._layer(x, i)
-        last = x[-1]
+        return x
+
+    def logits(self, ids: list[int]) -> np.ndarray:
+        """Logits of the last position for the token sequence `ids`."""
+        f, eps, w = self.family, self.eps, self.w
+        last = self.hidden(ids)[-1]
         if f == "llama":
             return rmsnorm(last, w("model.final_layernorm.weight"), eps) @ w("model.lm_head.weight").T
         last = layernorm(last, w("model.final_layernorm.weight"), w("model.final_layernorm.bias"), eps)
@@ -214,12 +219,16 @@ class Model:
         return last @ w("model.wte").T  # gpt, bloom: tied embedding
 
     def generate(self, ids: list[int], max_new_tokens: int, **sampling: Any) -> list[int]:
-        """New tokens after `ids`: greedy when top_k is 1 and top_p 0, else sampled with `seed`.
-        Stops after end_id or a stop sequence (both included), like the FT backend. The sampling
-        keywords are stream()'s."""
+        """New tokens after `ids` (stream()'s keywords): greedy when top_k is 1, or 0 with top_p 0,
+        else sampled with `seed`. Stops after end_id or a stop sequence (both included), like FT."""
         return list(self.stream(ids, max_new_tokens, **sampling))
 
-    def stream(
+    def stream(self, ids: list[int], max_new_tokens: int, **sampling: Any) -> Iterator[int]:
+        """generate()'s tokens one at a time, as they are decoded."""
+        for step in self.steps(ids, max_new_tokens, **sampling):
+            yield step.token
+
+    def steps(
         self,
         ids: list[int],
         max_new_tokens: int,
@@ -227,38 +236,87 @@ class Model:
         top_k: int = 1,
         top_p: float = 0.0,
         temperature: float = 1.0,
+        repetition_penalty: float = 1.0,
         seed: int = 0,
         end_id: int | None = None,
         stop: list[list[int]] | None = None,
-    ) -> Iterator[int]:
-        """generate()'s tokens one at a time, as they are decoded."""
+        bad: list[list[int]] | None = None,
+        top_p_decay: float | None = None,
+        top_p_min: float | None = None,
+        top_p_reset_id: int | None = None,
+    ) -> Iterator[Step]:
+        """One token at a time with its log probabilities, as FT's DynamicDecodeLayer (beam width 1)
+        decodes it. Per step: bad words banned (invokeBanBadWords: a word's last token when the
+        sequence ends with the rest of it); logits divided by the temperature, then the repetition
+        penalty over every token of the sequence, prompt included (BaseSamplingLayer: divided when
+        positive, multiplied when negative); then the full softmax, and
+        - top_k > 0 (TopKSamplingLayer): the k most likely tokens, one drawn with u * top_p * (their
+          mass) walked down them (top_p 0 counts as 1; top_k 1 is greedy); output_log_probs is the
+          token's log probability given the top-k set, cum_log_probs adds its full log probability;
+        - top_k 0 (TopPSamplingLayer, greedy when top_p is 0 too): tokens by probability, the first
+          whose cumulative probability reaches u * top_p; both log probabilities are the full one;
+          after the step top_p becomes max(top_p * top_p_decay, top_p_min), or its first value
+          again when the token is top_p_reset_id (computeToppDecay).
+        u comes from numpy's generator seeded with `seed`: reproducible, not curand's stream."""
         rng = np.random.default_rng(seed)
-        sequence = list(ids)
+        k, p = top_k, top_p
+        if k == 0 and p == 0.0:
+            k = 1
+        if k > 0 and p == 0.0:
+            p = 1.0
+        runtime_p = p
+        sequence, cum = list(ids), 0.0
         stops = [s for s in (stop or []) if s]
+        banned = [w for w in (bad or []) if w]
         for new in range(1, max_new_tokens + 1):
             logits = self.logits(sequence).astype(np.float64)
-            if top_k == 1 and top_p <= 0.0:
-                token = int(np.argmax(logits))
+            for word in banned:
+                prefix = word[:-1]
+                if not prefix or sequence[len(sequence) - len(prefix) :] == prefix:
+                    logits[word[-1]] = -np.inf
+            if temperature != 1.0:
+                logits = logits * (1.0 / (temperature + 1e-6))
+            if repetition_penalty != 1.0:
+                seen = np.unique(np.asarray(sequence, dtype=np.int64))
+                values = logits[seen]
+                logits[seen] = np.where(values < 0, values * repetition_penalty, values / repetition_penalty)
+            logprobs = logits - logits.max()
+            logprobs = logprobs - np.log(np.exp(logprobs).sum())
+            order = np.argsort(-logprobs, kind="stable")
+            if k > 0:
+                order = order[:k]
+                probs = np.exp(logprobs[order])
+                mass = probs.sum()
+                pick = _first_reaching(np.cumsum(probs), rng.random() * p * mass)
+                token = int(order[pick])
+                output_log_prob = math.log(probs[pick]) - math.log(mass)  # FT: logf(exp_logit) - logf(s_sum)
             else:
-                token = int(_sample(logits / max(temperature, 1e-6), top_k, top_p, rng))
+                probs = np.exp(logprobs[order])
+                token = int(order[_first_reaching(np.cumsum(probs), rng.random() * runtime_p)])
+                output_log_prob = logprobs[token]
+                if top_p_decay is not None:
+                    runtime_p = p if token == top_p_reset_id else max(runtime_p * top_p_decay, top_p_min or 0.0)
+            cum += float(logprobs[token])
             sequence.append(token)
-            yield token
+            yield Step(token, float(output_log_prob), cum)
             if end_id is not None and token == end_id:
                 return
             if any(new >= len(s) and sequence[-len(s) :] == s for s in stops):
                 return
 
 
-def _sample(logits: np.ndarray, top_k: int, top_p: float, rng: np.random.Generator) -> int:
-    order = np.argsort(-logits, kind="stable")
-    if top_k > 0:
-        order = order[:top_k]
-    probs = np.exp(logits[order] - logits[order].max())
-    probs /= probs.sum()
-    if 0.0 < top_p < 1.0:
-        keep = np.searchsorted(np.cumsum(probs), top_p) + 1
-        order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
-    return order[rng.choice(len(order), p=probs)]
+@dataclass(frozen=True)
+class Step:
+    """One decoded token, FT's output_log_probs entry for it and cum_log_probs after it."""
+
+    token: int
+    log_prob: float
+    cum_log_prob: float
+
+
+def _first_reaching(cumulative: np.ndarray, threshold: float) -> int:
+    """The first index whose cumulative probability reaches `threshold` (the last one if none)."""
+    return min(int(np.searchsorted(cumulative, threshold, side="left")), len(cumulative) - 1)
 
 
 def read_config(directory: Path) -> tuple[str, dict, str]:

@@ -2,7 +2,10 @@
 
 Same inputs and outputs as the FT backend (config.pbtxt written by triton_model_repo; only
 `backend` differs): reads the `model_checkpoint_path` parameter, loads that <tp>-gpu directory
-with the reference decoder and generates. Used where no GPU and no FT build exist (the lab, the
+with the reference decoder (rank by rank, as FT) and generates as FT's DynamicDecodeLayer does
+with beam width 1 (ftnative.decode.Model.steps: top-k/top-p with top_p_decay, temperature,
+repetition penalty, bad and stop words, end_id, log probabilities). Beam search and p-tuning
+prompts are refused by name. Used where no GPU and no FT build exist (the lab, the
 tests), so the ensemble, the tokenizing models and the clients are the production ones.
 Install it as fastertransformer/1/model.py, with a `python_path` parameter naming the directory
 that holds ftnative (the backend's interpreter ignores PYTHONPATH).
@@ -33,51 +36,95 @@ class TritonPythonModel:
         self.end_id = self.model.params.get("end_id")
         config = json.loads(args["model_config"])
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+        # GPT and BLOOM's FT model (ParallelGpt) also answers response_input_lengths and, when
+        # asked, context_embeddings: whatever its config.pbtxt declares.
+        self.prompt_tuning = any(o["name"] == "response_input_lengths" for o in config.get("output", []))
 
     def execute(self, requests):
         if self.decoupled:  # one response per generated token, then a final flag (FT's streaming)
             for request in requests:
                 self._stream(request)
             return None
-        return [self._answer(request) for request in requests]
+        responses = []
+        for request in requests:
+            try:
+                responses.append(self._answer(request))
+            except ValueError as err:  # a request FT refuses: the error goes back to the client
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err))))
+        return responses
 
     def _rows(self, request):
-        """Per batch row: the prompt's ids, the new tokens asked for, the stop sequences."""
+        """Per batch row: the prompt's ids, the new tokens asked for, the stop and bad words."""
         ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()  # [batch, len]
         lengths = pb_utils.get_input_tensor_by_name(request, "input_lengths").as_numpy().reshape(-1)
         output_len = pb_utils.get_input_tensor_by_name(request, "request_output_len").as_numpy().reshape(len(ids), -1)
         stops = _word_lists(pb_utils.get_input_tensor_by_name(request, "stop_words_list"), len(ids))
-        return [(row[: int(length)].tolist(), int(new), stop)
-                for row, length, new, stop in zip(ids, lengths, output_len[:, 0], stops, strict=True)]  # fmt: skip
+        bads = _word_lists(pb_utils.get_input_tensor_by_name(request, "bad_words_list"), len(ids))
+        columns = zip(ids, lengths, output_len[:, 0], stops, bads, strict=True)
+        return [(row[: int(length)].tolist(), int(new), stop, bad) for row, length, new, stop, bad in columns]
 
     def _sampling(self, request):
+        """FT's per-request runtime arguments (one value each; FT's defaults where absent)."""
+        beam_width = _scalar(request, "beam_width", 1, int)
+        if beam_width != 1:
+            # len_penalty and beam_search_diversity_rate act only in beam search, which this
+            # stand-in does not model: refused by name rather than answered differently from FT.
+            raise ValueError(f"beam_width {beam_width}: beam search is not modelled by the CPU stand-in (use 1)")
+        for name in ("request_prompt_embedding", "request_prompt_lengths", "request_prompt_type"):
+            if pb_utils.get_input_tensor_by_name(request, name) is not None:
+                raise ValueError(f"{name}: p-tuning prompts are not modelled by the CPU stand-in")
+        decay = _scalar(request, "top_p_decay", None, float)
         return {
             "top_k": _scalar(request, "runtime_top_k", 1, int),
             "top_p": _scalar(request, "runtime_top_p", 0.0, float),
             "temperature": _scalar(request, "temperature", 1.0, float),
+            "repetition_penalty": _scalar(request, "repetition_penalty", 1.0, float),
             "seed": _scalar(request, "random_seed", 0, int),
             "end_id": _scalar(request, "end_id", self.end_id, int),
+            "top_p_decay": decay,
+            "top_p_min": _scalar(request, "top_p_min", None, float),
+            "top_p_reset_id": _scalar(request, "top_p_reset_ids", None, int),
         }
 
-    def _response(self, sequences, end_id):
+    def _response(self, prompts, generated, end_id, request_output_len, context_embeddings=None):
+        """FT's outputs for one beam per row: the prompt and its new tokens, the lengths, the log
+        probabilities (output_log_probs padded to the tokens asked for, as FT's buffer is)."""
+        sequences = [prompt + [s.token for s in steps] for prompt, steps in zip(prompts, generated, strict=True)]
         width = max(len(s) for s in sequences)
         pad = end_id if end_id is not None else 0
         output = np.array([[s + [pad] * (width - len(s))] for s in sequences], dtype=np.uint32)
-        seq_len = np.array([[len(s)] for s in sequences], dtype=np.uint32)
-        return pb_utils.InferenceResponse(
-            [
-                pb_utils.Tensor("output_ids", output),
-                pb_utils.Tensor("sequence_length", seq_len),
-                pb_utils.Tensor("cum_log_probs", np.zeros((len(sequences), 1), dtype=np.float32)),
-                pb_utils.Tensor("output_log_probs", np.zeros((len(sequences), 1, 1), dtype=np.float32)),
-            ]
-        )
+        log_probs = np.zeros((len(sequences), 1, max(request_output_len, 1)), dtype=np.float32)
+        for row, steps in enumerate(generated):
+            log_probs[row, 0, : len(steps)] = [s.log_prob for s in steps]
+        tensors = [
+            pb_utils.Tensor("output_ids", output),
+            pb_utils.Tensor("sequence_length", np.array([[len(s)] for s in sequences], dtype=np.uint32)),
+            pb_utils.Tensor("cum_log_probs", np.array([[st[-1].cum_log_prob if st else 0.0] for st in generated],
+                                                      dtype=np.float32)),
+            pb_utils.Tensor("output_log_probs", log_probs),
+        ]  # fmt: skip
+        if self.prompt_tuning:  # GPT, BLOOM: the prompt lengths, and the context's embeddings when asked
+            lengths = np.array([[len(prompt)] for prompt in prompts], dtype=np.int32)
+            tensors.append(pb_utils.Tensor("response_input_lengths", lengths))
+            if context_embeddings is not None:
+                tensors.append(pb_utils.Tensor("context_embeddings", context_embeddings))
+        return pb_utils.InferenceResponse(tensors)
+
+    def _context_embeddings(self, request, prompts):
+        """ParallelGpt with is_return_context_embeddings: the last layer's output summed over the
+        context's positions (invokeSumLengthDimension), [batch, hidden]."""
+        if not (self.prompt_tuning and _scalar(request, "is_return_context_embeddings", False, bool)):
+            return None
+        return np.stack([self.model.hidden(prompt).sum(axis=0) for prompt in prompts]).astype(np.float32)
 
     def _answer(self, request):
         sampling = self._sampling(request)
-        sequences = [prompt + self.model.generate(prompt, new, stop=stop, **sampling)
-                     for prompt, new, stop in self._rows(request)]  # fmt: skip
-        return self._response(sequences, sampling["end_id"])
+        rows = self._rows(request)
+        prompts = [prompt for prompt, *_ in rows]
+        generated = [list(self.model.steps(prompt, new, stop=stop, bad=bad, **sampling))
+                     for prompt, new, stop, bad in rows]  # fmt: skip
+        asked = max(new for _, new, _, _ in rows)
+        return self._response(prompts, generated, sampling["end_id"], asked, self._context_embeddings(request, prompts))
 
     def _stream(self, request):
         sender = request.get_response_sender()
@@ -86,11 +133,12 @@ class TritonPythonModel:
             rows = self._rows(request)
             if len(rows) != 1:
                 raise ValueError("streaming takes one sequence per request")
-            prompt, new, stop = rows[0]
-            sequence = list(prompt)
-            for token in self.model.stream(prompt, new, stop=stop, **sampling):
-                sequence.append(token)
-                sender.send(self._response([sequence], sampling["end_id"]))
+            prompt, new, stop, bad = rows[0]
+            embeddings = self._context_embeddings(request, [prompt])
+            steps = []
+            for step in self.model.steps(prompt, new, stop=stop, bad=bad, **sampling):
+                steps.append(step)
+                sender.send(self._response([prompt], [steps], sampling["end_id"], new, embeddings))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         except Exception as err:  # every failure goes back to the client as an error
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err))),

@@ -16,6 +16,12 @@ class TritonPythonModel(TokenizerModel):
         super().initialize(args)
         self.pad_id = self.tokenizer.eos_token_id or 0
 
+    @staticmethod
+    def _optional_words(request, name, batch):
+        """Bad or stop words as text rows; none when the input is absent (optional for GPT-NeoX and LLaMA)."""
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        return tensor.as_numpy() if tensor is not None else np.array([[b""]] * batch, dtype=object)
+
     def _word_lists(self, rows):
         lists = []
         for row in rows:
@@ -38,8 +44,8 @@ class TritonPythonModel(TokenizerModel):
         for request in requests:
             query = pb_utils.get_input_tensor_by_name(request, "QUERY").as_numpy()
             output_len = pb_utils.get_input_tensor_by_name(request, "REQUEST_OUTPUT_LEN").as_numpy()
-            bad = pb_utils.get_input_tensor_by_name(request, "BAD_WORDS_DICT").as_numpy()
-            stop = pb_utils.get_input_tensor_by_name(request, "STOP_WORDS_DICT").as_numpy()
+            bad = self._optional_words(request, "BAD_WORDS_DICT", len(query))
+            stop = self._optional_words(request, "STOP_WORDS_DICT", len(query))
             ids = [self.tokenizer.encode(b"".join(row).decode()) for row in query]
             width = max(len(i) for i in ids)
             padded = np.array([i + [self.pad_id] * (width - len(i)) for i in ids], dtype=np.uint32)
@@ -52,6 +58,8 @@ class TritonPythonModel(TokenizerModel):
                         pb_utils.Tensor("BAD_WORDS_IDS", self._word_lists(bad)),
                         pb_utils.Tensor("STOP_WORDS_IDS", self._word_lists(stop)),
                         pb_utils.Tensor("REQUEST_OUTPUT_LEN", output_len.astype(np.uint32)),
+                        # no prompt-learning tables here: task 0, as upstream's preprocessing sends
+                        pb_utils.Tensor("PROMPT_LEARNING_TASK_NAME_IDS", np.zeros((len(query), 1), dtype=np.uint32)),
                     ]
                 )
             )

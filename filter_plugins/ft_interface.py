@@ -1,0 +1,175 @@
+"""The inputs, outputs and parameters of the four Triton models of a family's repository."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: ft_triton_interface
+short_description: What each Triton model of a family's repository declares
+description:
+  - Returns, for a model family, the inputs, outputs and parameter names of the four models of
+    its Triton repository (preprocessing, fastertransformer, postprocessing, ensemble), as
+    fastertransformer_backend's all_models declares them for that family (LLaMA, void-main's
+    backend), plus the project's own additions, which are all optional inputs or parameters so a
+    client written for upstream works unchanged. The templates of role triton_model_repo render
+    these lists; tests/unit/test_triton_interface.py compares the rendered configs with a table of
+    upstream's declarations.
+options:
+  _input:
+    description: The model family (gptj, gpt, gptneox, bloom, llama).
+    type: str
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: The fastertransformer model's inputs for GPT-J
+  ansible.builtin.debug:
+    msg: "{{ ('gptj' | ft_triton_interface).fastertransformer.inputs | map(attribute='name') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: >-
+    preprocessing, fastertransformer, postprocessing, ensemble: each a dict of inputs and
+    outputs (lists of {name, data_type, dims, optional, reshape}) and parameters (names).
+  type: dict
+"""
+
+import os
+import sys
+from typing import Any
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+from ft_families import FAMILIES, AnsibleFilterError
+
+
+def _tensor(name: str, data_type: str, dims: list[int], optional: bool = False, reshape: bool = False) -> dict:
+    """reshape: a [1] input that the FT backend reads as a scalar (reshape: { shape: [ ] })."""
+    return {"name": name, "data_type": data_type, "dims": dims, "optional": optional, "reshape": reshape}
+
+
+# The sampling and beam-search inputs FT reads per request, each one value per request.
+_SAMPLING = [
+    ("runtime_top_k", "UINT32"), ("runtime_top_p", "FP32"), ("beam_search_diversity_rate", "FP32"),
+    ("temperature", "FP32"), ("len_penalty", "FP32"), ("repetition_penalty", "FP32"), ("random_seed", "UINT64"),
+    ("is_return_log_probs", "BOOL"), ("beam_width", "UINT32"), ("start_id", "UINT32"), ("end_id", "UINT32"),
+    ("prompt_learning_task_name_ids", "UINT32"), ("top_p_decay", "FP32"), ("top_p_min", "FP32"),
+    ("top_p_reset_ids", "UINT32"),
+]  # fmt: skip
+# GPT and BLOOM (ParallelGpt): p-tuning prompts per request, and the context's embeddings.
+_PROMPT_TUNING = [
+    _tensor("request_prompt_embedding", "FP16", [-1, -1], optional=True),
+    _tensor("request_prompt_lengths", "UINT32", [1], optional=True, reshape=True),
+    _tensor("request_prompt_type", "UINT32", [1], optional=True, reshape=True),
+]
+_PROMPT_TUNING_FAMILIES = ("gpt", "bloom")
+
+
+def _scalars(reshape: bool) -> list[dict]:
+    return [_tensor(name, kind, [1], optional=True, reshape=reshape) for name, kind in _SAMPLING]
+
+
+def _fastertransformer(family: str) -> dict[str, Any]:
+    inputs = [
+        _tensor("input_ids", "UINT32", [-1]),
+        _tensor("input_lengths", "UINT32", [1], reshape=True),
+        _tensor("request_output_len", "UINT32", [-1]),
+        *_scalars(reshape=True),
+        _tensor("bad_words_list", "INT32", [2, -1], optional=True),
+        _tensor("stop_words_list", "INT32", [2, -1], optional=True),
+    ]
+    outputs = [
+        _tensor("output_ids", "UINT32", [-1, -1]),
+        _tensor("sequence_length", "UINT32", [-1]),
+        _tensor("cum_log_probs", "FP32", [-1]),
+        _tensor("output_log_probs", "FP32", [-1, -1]),
+    ]
+    if family in _PROMPT_TUNING_FAMILIES:
+        inputs += [_tensor("is_return_context_embeddings", "BOOL", [1], optional=True, reshape=True), *_PROMPT_TUNING]
+        outputs += [_tensor("response_input_lengths", "INT32", [-1]), _tensor("context_embeddings", "FP32", [-1, -1])]
+    parameters = ["tensor_para_size", "pipeline_para_size", "data_type", "model_type", "model_checkpoint_path",
+                  "enable_custom_all_reduce"] + (["int8_mode"] if FAMILIES[family].int8 else [])  # fmt: skip
+    return {"inputs": inputs, "outputs": outputs, "parameters": parameters}
+
+
+# Upstream's GPT-NeoX and LLaMA tokenizing models take bad and stop words as optional, and name
+# their tokenizer with tokenizer_path/tokenizer_type; ours reads tokenizer_dir (both are written).
+_OPTIONAL_WORDS = ("gptneox", "llama")
+_TOKENIZER_PARAMETERS = {"gptneox": ["tokenizer_path", "tokenizer_type"]}
+
+
+def _preprocessing(family: str) -> dict[str, Any]:
+    words = family in _OPTIONAL_WORDS
+    return {
+        "inputs": [
+            _tensor("QUERY", "STRING", [-1]),
+            _tensor("BAD_WORDS_DICT", "STRING", [-1], optional=words),
+            _tensor("STOP_WORDS_DICT", "STRING", [-1], optional=words),
+            _tensor("REQUEST_OUTPUT_LEN", "UINT32", [-1]),
+        ],
+        "outputs": [
+            _tensor("INPUT_ID", "UINT32", [-1]),
+            _tensor("REQUEST_INPUT_LEN", "UINT32", [1]),
+            _tensor("BAD_WORDS_IDS", "INT32", [2, -1]),
+            _tensor("STOP_WORDS_IDS", "INT32", [2, -1]),
+            _tensor("REQUEST_OUTPUT_LEN", "UINT32", [-1]),
+            _tensor("PROMPT_LEARNING_TASK_NAME_IDS", "UINT32", [1]),
+        ],
+        "parameters": ["tokenizer_dir", *_TOKENIZER_PARAMETERS.get(family, [])],
+    }
+
+
+def _postprocessing(family: str) -> dict[str, Any]:
+    # What upstream's postprocessing takes besides the tokens: GPT-NeoX and LLaMA each beam's
+    # length, GPT and BLOOM the prompt lengths (declared, unused), GPT-J nothing. Ours decodes each
+    # beam up to its length: where upstream has no sequence_length, it is ours and optional.
+    inputs = [_tensor("TOKENS_BATCH", "UINT32", [-1, -1])]
+    if family in _PROMPT_TUNING_FAMILIES:
+        inputs.append(_tensor("RESPONSE_INPUT_LENGTHS", "INT32", [-1]))
+    inputs.append(_tensor("sequence_length", "UINT32", [-1], optional=family not in _OPTIONAL_WORDS))
+    return {
+        "inputs": inputs,
+        "outputs": [_tensor("OUTPUT", "STRING", [-1, -1])],
+        "parameters": ["tokenizer_dir", *_TOKENIZER_PARAMETERS.get(family, [])],
+    }
+
+
+def _ensemble(family: str) -> dict[str, Any]:
+    inputs = [
+        _tensor("INPUT_0", "STRING", [-1]),
+        _tensor("INPUT_1", "UINT32", [-1]),
+        _tensor("INPUT_2", "STRING", [-1]),
+        _tensor("INPUT_3", "STRING", [-1]),
+        *_scalars(reshape=False),
+    ]
+    if family in _PROMPT_TUNING_FAMILIES:
+        inputs += [{**t, "reshape": False} for t in _PROMPT_TUNING]
+    return {
+        "inputs": inputs,
+        "outputs": [
+            _tensor("OUTPUT_0", "STRING", [-1, -1]),
+            _tensor("sequence_length", "UINT32", [-1]),
+            _tensor("cum_log_probs", "FP32", [-1]),
+            _tensor("output_log_probs", "FP32", [-1, -1]),
+        ],
+        "parameters": [],
+    }
+
+
+def ft_triton_interface(family: Any) -> dict[str, dict[str, Any]]:
+    if family not in FAMILIES:
+        raise AnsibleFilterError(
+            f"ft_triton_interface: unknown model family {family!r} (valid: {', '.join(sorted(FAMILIES))})"
+        )
+    return {
+        "preprocessing": _preprocessing(family),
+        "fastertransformer": _fastertransformer(family),
+        "postprocessing": _postprocessing(family),
+        "ensemble": _ensemble(family),
+    }
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"ft_triton_interface": ft_triton_interface}
