@@ -27,8 +27,10 @@ $(VENV)/.toolchain: pyproject.toml constraints.txt | tools
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .   # the ftfleet command
 	touch $@
 
+# Local version labels (torch's +cpu of a wheel on this machine's disk) are dropped: a pin must
+# resolve on the package index, where "torch==2.13.0" also matches a local "2.13.0+cpu" file.
 lock: setup  ## rewrite constraints.txt from the current virtualenv
-	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --all | grep -vE '^(pip|setuptools|wheel)=='; } > constraints.txt.new
+	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --all | grep -vE '^(pip|setuptools|wheel)==' | sed -E 's/^([^=]+==[^+]+)\+.*$$/\1/'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
 lint: setup  ## yamllint --strict, ansible-lint (production profile), ruff
