@@ -50,6 +50,8 @@ class GenerateRequest(BaseModel):
     top_p: Number = Field(1.0, ge=0, le=1)
     stop: StrictStr | list[StrictStr] | None = None
     seed: StrictInt | None = Field(None, ge=0)
+    # Not OpenAI's, but FT's, and accepted by other OpenAI-compatible servers (vLLM, TGI) as an extra.
+    repetition_penalty: Number = 1.0
 
 
 class CompletionRequest(GenerateRequest):
@@ -72,10 +74,13 @@ class CompletionRequest(GenerateRequest):
 
 
 UNSUPPORTED = {  # parameter -> (is it set to something the model cannot do?, why)
-    "n": (lambda r: r.n != 1, "n must be 1: the gateway returns one choice per request"),
+    "n": (
+        lambda r: r.n != 1,
+        "n must be 1: the gateway returns one choice per request (FT's beam search, "
+        "which would give several, is not offered yet)",
+    ),
     "best_of": (lambda r: r.best_of not in (None, 1), "best_of is not supported (one sequence per request)"),
-    "logprobs": (lambda r: r.logprobs is not None, "logprobs are not returned by this gateway"),
-    "echo": (lambda r: r.echo, "echo is not supported"),
+    "logprobs": (lambda r: r.logprobs is not None, "logprobs are not returned by this gateway yet"),
     "suffix": (lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
     "presence_penalty": (lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     "frequency_penalty": (lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
@@ -186,7 +191,8 @@ class Gateway:
                            f"{self.settings.max_tokens_limit}", param="max_tokens")  # fmt: skip
         try:
             params = sampling(float(body.temperature), body.top_k, float(body.top_p), body.seed,
-                              fallback_seed=secrets.randbits(63))  # fmt: skip
+                              fallback_seed=secrets.randbits(63),
+                              repetition_penalty=float(body.repetition_penalty))  # fmt: skip
         except SamplingError as err:
             raise ApiError(400, str(err), param=err.param) from err
         prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
@@ -204,6 +210,9 @@ class Gateway:
                                f"together over the model's context of {self.settings.context_length} tokens",
                                param="prompt", code="context_length_exceeded")  # fmt: skip
             self.metrics.tokens.labels("in").inc(tokens.count)
+            echo = prompt if getattr(body, "echo", False) else ""  # OpenAI's echo: the prompt, then the completion
+            if echo:
+                yield echo, None
             sent, text, length, stopped = 0, "", tokens.count, False
             hold = max((len(s) for s in stops), default=1) - 1
             async for step in self.backend.generate(tokens, body.max_tokens, params):
@@ -225,7 +234,8 @@ class Gateway:
         if len(text) > sent:
             yield text[sent:], None
         finish = "stop" if stopped or completion < body.max_tokens else "length"
-        yield "", Result(text=text, prompt_tokens=tokens.count, completion_tokens=completion, finish_reason=finish)
+        yield "", Result(text=echo + text, prompt_tokens=tokens.count, completion_tokens=completion,
+                         finish_reason=finish)  # fmt: skip
 
     async def _completion_text(self, tokens: Tokens, step) -> str:
         """The new text: the whole sequence decoded less the prompt's text (decoding the new ids

@@ -35,13 +35,22 @@ class Sampling:
     runtime_top_p: float
     temperature: float
     random_seed: int
+    repetition_penalty: float = 1.0
 
     @property
     def greedy(self) -> bool:
         return self.runtime_top_k == 1 and self.runtime_top_p == 0.0
 
 
-def sampling(temperature: float, top_k: int, top_p: float, seed: int | None, fallback_seed: int) -> Sampling:
+def sampling(
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seed: int | None,
+    fallback_seed: int,
+    *,
+    repetition_penalty: float = 1.0,
+) -> Sampling:
     """OpenAI's parameters -> FT's.
 
     - temperature 0 is greedy decoding: FT's top_k 1, top_p 0 (its greedy path; temperature then has
@@ -51,7 +60,11 @@ def sampling(temperature: float, top_k: int, top_p: float, seed: int | None, fal
       and a temperature above 0 is refused rather than silently made greedy.
     - seed: FT's random_seed (uint64); without one, sampling takes `fallback_seed` (a fresh one per
       request), so that two requests do not repeat each other.
+    - repetition_penalty: FT's multiplicative penalty on every token already in the sequence,
+      prompt included (1 is none), greedy or sampled.
     """
+    if not 0 < repetition_penalty <= 10:
+        raise SamplingError("repetition_penalty", "repetition_penalty must be above 0 and at most 10 (1 is none)")
     if temperature < 0 or temperature > 2:
         raise SamplingError("temperature", "temperature must be between 0 and 2")
     if top_k < 0:
@@ -61,11 +74,13 @@ def sampling(temperature: float, top_k: int, top_p: float, seed: int | None, fal
     if seed is not None and not 0 <= seed <= UINT64_MAX:
         raise SamplingError("seed", "seed must be between 0 and 2**64-1 (FT's random_seed is a uint64)")
     if temperature == 0:
-        return Sampling(runtime_top_k=1, runtime_top_p=0.0, temperature=1.0, random_seed=seed or 0)
+        return Sampling(runtime_top_k=1, runtime_top_p=0.0, temperature=1.0, random_seed=seed or 0,
+                        repetition_penalty=float(repetition_penalty))  # fmt: skip
     if top_k == 0 and top_p == 0.0:
         raise SamplingError("top_p", "top_p 0 with top_k 0 would be greedy decoding in FT: use temperature 0 for that")
     return Sampling(runtime_top_k=top_k, runtime_top_p=float(top_p), temperature=float(temperature),
-                    random_seed=fallback_seed if seed is None else seed)  # fmt: skip
+                    random_seed=fallback_seed if seed is None else seed,
+                    repetition_penalty=float(repetition_penalty))  # fmt: skip
 
 
 def _tensor(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
@@ -172,6 +187,8 @@ class Triton:
             _tensor("temperature", one(params.temperature, np.float32), "FP32"),
             _tensor("random_seed", one(params.random_seed, np.uint64), "UINT64"),
         ]
+        if params.repetition_penalty != 1.0:
+            inputs.append(_tensor("repetition_penalty", one(params.repetition_penalty, np.float32), "FP32"))
         if tokens.stop_ids is not None:
             inputs.append(_tensor("stop_words_list", tokens.stop_ids, "INT32"))
         return inputs

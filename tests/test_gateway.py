@@ -182,6 +182,26 @@ def test_sampling_parameters_reach_the_model(front):
     assert others != {greedy}
 
 
+def test_repetition_penalty_reaches_the_model(front):
+    """FT's repetition_penalty as an extra parameter (as vLLM and TGI accept it): the greedy
+    completion equals the stand-in's own decoding with that penalty, and differs without it."""
+    model, ids = load(front.shards), front.tokenizer.encode(PROMPT)
+    eos = front.tokenizer.eos_token_id
+    penalised = front.complete(max_tokens=12, temperature=0, repetition_penalty=1.8)["choices"][0]["text"]
+    expected = model.generate(ids, 12, repetition_penalty=1.8, end_id=eos)
+    assert PROMPT + penalised == front.tokenizer.decode(ids + expected)
+    assert penalised != front.complete(max_tokens=12, temperature=0)["choices"][0]["text"]
+
+
+def test_echo_returns_the_prompt_then_the_completion(front):
+    plain = front.complete(max_tokens=6, temperature=0)["choices"][0]["text"]
+    echoed = front.complete(max_tokens=6, temperature=0, echo=True)
+    assert echoed["choices"][0]["text"] == PROMPT + plain
+    assert echoed["usage"]["completion_tokens"] == 6
+    _, chunks = front.stream(max_tokens=6, temperature=0, echo=True)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == PROMPT + plain
+
+
 def test_a_stop_sequence_ends_the_completion_early(front):
     whole = front.complete(max_tokens=20, temperature=0)["choices"][0]["text"]
     # The tokens the model generated (the stand-in's own greedy decoding; encoding the text again
@@ -234,6 +254,7 @@ def test_keys_are_required_and_rate_limited(front):
         ({"model": MODEL, "prompt": ""}, 400, "prompt", "empty"),
         ({"model": MODEL, "prompt": "x", "n": 2}, 400, "n", "n must be 1"),
         ({"model": MODEL, "prompt": "x", "logprobs": 1}, 400, "logprobs", "not returned"),
+        ({"model": MODEL, "prompt": "x", "repetition_penalty": 0}, 400, "repetition_penalty", "above 0"),
         ({"model": MODEL, "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
         ({"model": MODEL, "prompt": "x", "stop": ["a,b"]}, 400, "stop", "comma"),
         ({"model": MODEL, "prompt": "x", "temperature": 0.5, "top_k": 0, "top_p": 0}, 400, "top_p", "greedy"),
