@@ -165,12 +165,10 @@ def test_int8_with_fp32_is_refused(playbook, tmp_path):
     assert "with fleet_model.data_type=fp32: int8 needs fp16 or bf16" in out
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(playbook, tmp_path, family):
-    """The repository as the role writes it, config.pbtxt unchanged but for one parameter
-    telling the stand-in where ftnative is: `backend: "fastertransformer"` is served by a
-    Python-based backend of that name (backends/fastertransformer/model.py, the CPU stand-in),
-    as in the lab's serving image, so Triton validates the real configuration and ensemble."""
+def served_repository(playbook, tmp_path: Path, family: str):
+    """A tiny model of the family, its repository as the role writes it for tp 2 and its shards,
+    config.pbtxt unchanged but for one parameter telling the stand-in where ftnative is.
+    Returns (tokenizer, model, repository, shards)."""
     checkpoint = tmp_path / "checkpoint"
     tokenizer, model = tiny_model(family, checkpoint)
     repo = tmp_path / "repos" / family
@@ -178,11 +176,21 @@ def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(p
     rc, out = render(playbook, tmp_path / "repos", [family], container=str(repo), tokenizer=str(checkpoint),
                      fleet_tensor_para_size=2, triton_model_repo_python_path=f"{ROOT}:{site}")  # fmt: skip
     assert rc == 0, out
-    convert(checkpoint, repo / "fastertransformer" / "1", family, 2, "fp32", log=lambda _m: None)
+    shards = convert(checkpoint, repo / "fastertransformer" / "1", family, 2, "fp32", log=lambda _m: None)
     ft_config = repo / "fastertransformer" / "config.pbtxt"
     ft_config.write_text(
         ft_config.read_text() + f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
     )
+    return tokenizer, model, repo, shards
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(playbook, tmp_path, family):
+    """The repository as the role writes it, config.pbtxt unchanged but for one parameter
+    telling the stand-in where ftnative is: `backend: "fastertransformer"` is served by a
+    Python-based backend of that name (backends/fastertransformer/model.py, the CPU stand-in),
+    as in the lab's serving image, so Triton validates the real configuration and ensemble."""
+    tokenizer, model, repo, _ = served_repository(playbook, tmp_path, family)
 
     with tritonserver(repo, tmp_path) as server:
         prompt = "Ansible automation that takes bare GPU hosts"
@@ -264,18 +272,7 @@ def test_the_clients_of_fastertransformer_backend_work_unchanged(playbook, tmp_p
 
     from ftnative.decode import load  # noqa: PLC0415
 
-    checkpoint = tmp_path / "checkpoint"
-    tokenizer, _ = tiny_model(family, checkpoint)
-    repo = tmp_path / "repos" / family
-    site = Path(transformers.__file__).parents[1]
-    rc, out = render(playbook, tmp_path / "repos", [family], container=str(repo), tokenizer=str(checkpoint),
-                     fleet_tensor_para_size=2, triton_model_repo_python_path=f"{ROOT}:{site}")  # fmt: skip
-    assert rc == 0, out
-    shards = convert(checkpoint, repo / "fastertransformer" / "1", family, 2, "fp32", log=lambda _m: None)
-    ft_config = repo / "fastertransformer" / "config.pbtxt"
-    ft_config.write_text(
-        ft_config.read_text() + f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
-    )
+    tokenizer, _, repo, shards = served_repository(playbook, tmp_path, family)
     prompt = "Ansible automation that takes bare GPU hosts"
     ids, end_id = tokenizer.encode(prompt), tokenizer.eos_token_id
     reference = list(load(shards).steps(ids, 10, repetition_penalty=1.3, end_id=end_id))
