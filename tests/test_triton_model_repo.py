@@ -94,27 +94,37 @@ def interface_differences(family: str, model: str, config) -> list[str]:
     return problems
 
 
+@pytest.fixture(scope="module")
+def every_family(tmp_path_factory) -> Path:
+    """The five families' repositories, rendered once for the module's interface tests."""
+    root = tmp_path_factory.mktemp("interface")
+
+    def write(text: str, name: str = "play.yml") -> Path:
+        (root / name).write_text(text)
+        return root / name
+
+    rc, out = render(write, root / "repos", sorted(UPSTREAM))
+    assert rc == 0, out
+    return root / "repos"
+
+
 @pytest.mark.parametrize("family", sorted(UPSTREAM))
-def test_each_model_declares_upstreams_interface(playbook, tmp_path, family):
+def test_each_model_declares_upstreams_interface(every_family, family):
     """Clients written for fastertransformer_backend (its end-to-end and identity clients, the
     ensemble's users) work unchanged: every config.pbtxt of the family declares what upstream's
     does. The facts come from upstream's files (tests/unit/upstream_interface.py), not from the
     filter the templates render."""
-    rc, out = render(playbook, tmp_path / "repos", [family])
-    assert rc == 0, out
     problems = []
     for model in ("preprocessing", "fastertransformer", "postprocessing", "ensemble"):
-        problems += interface_differences(family, model, parse(tmp_path / "repos" / family / model / "config.pbtxt"))
+        problems += interface_differences(family, model, parse(every_family / family / model / "config.pbtxt"))
     assert problems == []
 
 
-def test_a_missing_input_is_caught_by_the_comparison(playbook, tmp_path):
+def test_a_missing_input_is_caught_by_the_comparison(every_family, tmp_path):
     """The comparison has teeth: a config without one of upstream's inputs, or with another dims,
     is reported."""
-    rc, out = render(playbook, tmp_path / "repos", ["gptneox"])
-    assert rc == 0, out
-    path = tmp_path / "repos" / "gptneox" / "fastertransformer" / "config.pbtxt"
-    text = path.read_text()
+    path = tmp_path / "config.pbtxt"
+    text = (every_family / "gptneox" / "fastertransformer" / "config.pbtxt").read_text()
     broken = "\n".join(line for line in text.splitlines() if "beam_search_diversity_rate" not in line)
     broken = broken.replace('name: "bad_words_list" data_type: TYPE_INT32 dims: [ 2, -1 ]',
                             'name: "bad_words_list" data_type: TYPE_INT32 dims: [ -1 ]')  # fmt: skip
