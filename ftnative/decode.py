@@ -269,19 +269,7 @@ class Model:
         stops = [s for s in (stop or []) if s]
         banned = [w for w in (bad or []) if w]
         for new in range(1, max_new_tokens + 1):
-            logits = self.logits(sequence).astype(np.float64)
-            for word in banned:
-                prefix = word[:-1]
-                if not prefix or sequence[len(sequence) - len(prefix) :] == prefix:
-                    logits[word[-1]] = -np.inf
-            if temperature != 1.0:
-                logits = logits * (1.0 / (temperature + 1e-6))
-            if repetition_penalty != 1.0:
-                seen = np.unique(np.asarray(sequence, dtype=np.int64))
-                values = logits[seen]
-                logits[seen] = np.where(values < 0, values * repetition_penalty, values / repetition_penalty)
-            logprobs = logits - logits.max()
-            logprobs = logprobs - np.log(np.exp(logprobs).sum())
+            logprobs = self._log_probs(sequence, banned, temperature, repetition_penalty)
             order = np.argsort(-logprobs, kind="stable")
             if k > 0:
                 order = order[:k]
@@ -303,6 +291,90 @@ class Model:
                 return
             if any(new >= len(s) and sequence[-len(s) :] == s for s in stops):
                 return
+
+    def _log_probs(self, sequence: list[int], banned: list[list[int]], temperature: float, penalty: float):
+        """The next token's log probabilities after FT's processing of the logits: bad words
+        banned (DynamicDecodeLayer), then the temperature and the repetition penalty (the sampling
+        and beam-search layers alike), then the full softmax."""
+        logits = self.logits(sequence).astype(np.float64)
+        for word in banned:
+            prefix = word[:-1]
+            if not prefix or sequence[len(sequence) - len(prefix) :] == prefix:
+                logits[word[-1]] = -np.inf
+        if temperature != 1.0:
+            logits = logits * (1.0 / (temperature + 1e-6))
+        if penalty != 1.0:
+            seen = np.unique(np.asarray(sequence, dtype=np.int64))
+            values = logits[seen]
+            logits[seen] = np.where(values < 0, values * penalty, values / penalty)
+        logprobs = logits - logits.max()
+        return logprobs - np.log(np.exp(logprobs).sum())
+
+    def beam_search(
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        beam_width: int,
+        *,
+        len_penalty: float = 0.0,
+        diversity_rate: float = 0.0,
+        temperature: float = 1.0,
+        repetition_penalty: float = 1.0,
+        end_id: int | None = None,
+        stop: list[list[int]] | None = None,
+        bad: list[list[int]] | None = None,
+    ) -> list[Beam]:
+        """The beam_width beams, best first, as FT's GPT decoders search (DynamicDecodeLayer with
+        OnlineBeamSearchLayer, no beam hypotheses: those are BART's and T5's). Each step, every
+        live beam proposes its beam_width best next tokens by cum_log_probs + log probability;
+        the k-th proposal of a beam is ranked by that sum divided by length ** len_penalty (the
+        length counting the prompt, +1 for the new token; len_penalty 0: no division) plus
+        beam_search_diversity_rate * k (batch_topk_kernel), and the best beam_width proposals are
+        the next beams. A finished beam (end_id, or a stop word) proposes only end_id at log
+        probability 0, ranked at its own length, so it keeps its place while it stays among the
+        best. Only beam 0 starts (the others' cum_log_probs begin at -1e20)."""
+        stops = [s for s in (stop or []) if s]
+        banned = [w for w in (bad or []) if w]
+        beams = [Beam(list(ids), 0.0 if b == 0 else -1e20, [], False) for b in range(beam_width)]
+
+        def ranked(cum: float, length: int) -> float:
+            return cum if len_penalty == 0.0 or length == 1 else cum / float(length) ** len_penalty
+
+        for _ in range(max_new_tokens):
+            proposals = []  # (rank score, beam, token, cum after it)
+            for b, beam in enumerate(beams):
+                if beam.finished:
+                    proposals.append((ranked(beam.cum, len(beam.tokens)), b, end_id, beam.cum))
+                    continue
+                y = beam.cum + self._log_probs(beam.tokens, banned, temperature, repetition_penalty)
+                for k, token in enumerate(np.argsort(-y, kind="stable")[:beam_width]):
+                    score = ranked(float(y[token]), len(beam.tokens) + 1) + diversity_rate * k
+                    proposals.append((score, b, int(token), float(y[token])))
+            proposals.sort(key=lambda p: -p[0])  # stable: ties keep beam order, as FT's block reduce roughly does
+            chosen = []
+            for _score, b, token, cum in proposals[:beam_width]:
+                parent = beams[b]
+                if parent.finished:
+                    chosen.append(parent)
+                    continue
+                tokens = [*parent.tokens, token]
+                finished = token == end_id or any(tokens[-len(w) :] == w for w in stops)
+                chosen.append(Beam(tokens, cum, [*parent.log_probs, cum - parent.cum], finished))
+            beams = chosen
+            if all(beam.finished for beam in beams):
+                break
+        return beams
+
+
+@dataclass(frozen=True)
+class Beam:
+    """One beam: its tokens (prompt included), cum_log_probs, each new token's log probability
+    (output_log_probs) and whether it has finished."""
+
+    tokens: list[int]
+    cum: float
+    log_probs: list[float]
+    finished: bool
 
 
 @dataclass(frozen=True)

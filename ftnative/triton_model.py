@@ -2,13 +2,13 @@
 
 Same inputs and outputs as the FT backend (config.pbtxt written by triton_model_repo; only
 `backend` differs): reads the `model_checkpoint_path` parameter, loads that <tp>-gpu directory
-with the reference decoder (rank by rank, as FT) and generates as FT's DynamicDecodeLayer does
-with beam width 1 (ftnative.decode.Model.steps: top-k/top-p with top_p_decay, temperature,
-repetition penalty, bad and stop words, end_id, log probabilities). Beam search and p-tuning
-prompts are refused by name. Used where no GPU and no FT build exist (the lab, the
-tests), so the ensemble, the tokenizing models and the clients are the production ones.
-Install it as fastertransformer/1/model.py, with a `python_path` parameter naming the directory
-that holds ftnative (the backend's interpreter ignores PYTHONPATH).
+with the reference decoder (rank by rank, as FT) and generates as FT's DynamicDecodeLayer does:
+ftnative.decode.Model.steps (top-k/top-p with top_p_decay, temperature, repetition penalty, bad
+and stop words, end_id, log probabilities), Model.beam_search for beam_width > 1 (len_penalty,
+beam_search_diversity_rate). p-tuning prompts are refused by name. Used where no GPU and no FT
+build exist (the lab, the tests), so the ensemble, the tokenizing models and the clients are the
+production ones. Install it as fastertransformer/1/model.py, with a `python_path` parameter
+naming the directory that holds ftnative (the backend's interpreter ignores PYTHONPATH).
 """
 
 import json
@@ -65,46 +65,60 @@ class TritonPythonModel:
 
     def _sampling(self, request):
         """FT's per-request runtime arguments (one value each; FT's defaults where absent)."""
-        beam_width = _scalar(request, "beam_width", 1, int)
-        if beam_width != 1:
-            # len_penalty and beam_search_diversity_rate act only in beam search, which this
-            # stand-in does not model: refused by name rather than answered differently from FT.
-            raise ValueError(f"beam_width {beam_width}: beam search is not modelled by the CPU stand-in (use 1)")
         for name in ("request_prompt_embedding", "request_prompt_lengths", "request_prompt_type"):
             if pb_utils.get_input_tensor_by_name(request, name) is not None:
                 raise ValueError(f"{name}: p-tuning prompts are not modelled by the CPU stand-in")
-        decay = _scalar(request, "top_p_decay", None, float)
-        return {
-            "top_k": _scalar(request, "runtime_top_k", 1, int),
-            "top_p": _scalar(request, "runtime_top_p", 0.0, float),
+        common = {
             "temperature": _scalar(request, "temperature", 1.0, float),
             "repetition_penalty": _scalar(request, "repetition_penalty", 1.0, float),
-            "seed": _scalar(request, "random_seed", 0, int),
             "end_id": _scalar(request, "end_id", self.end_id, int),
-            "top_p_decay": decay,
+        }
+        beam_width = _scalar(request, "beam_width", 1, int)
+        if beam_width < 1:
+            raise ValueError(f"beam_width {beam_width}: must be at least 1")
+        if beam_width > 1:  # beam search: top_k, top_p and the seed do not apply (DynamicDecodeLayer)
+            penalty = _scalar(request, "len_penalty", 0.0, float)
+            diversity = _scalar(request, "beam_search_diversity_rate", 0.0, float)
+            return beam_width, {**common, "len_penalty": penalty, "diversity_rate": diversity}
+        return 1, {
+            **common,
+            "top_k": _scalar(request, "runtime_top_k", 1, int),
+            "top_p": _scalar(request, "runtime_top_p", 0.0, float),
+            "seed": _scalar(request, "random_seed", 0, int),
+            "top_p_decay": _scalar(request, "top_p_decay", None, float),
             "top_p_min": _scalar(request, "top_p_min", None, float),
             "top_p_reset_id": _scalar(request, "top_p_reset_ids", None, int),
         }
 
-    def _response(self, prompts, generated, end_id, request_output_len, context_embeddings=None):
-        """FT's outputs for one beam per row: the prompt and its new tokens, the lengths, the log
-        probabilities (output_log_probs padded to the tokens asked for, as FT's buffer is)."""
-        sequences = [prompt + [s.token for s in steps] for prompt, steps in zip(prompts, generated, strict=True)]
-        width = max(len(s) for s in sequences)
+    def _decode(self, row, beam_width, sampling):
+        """One row's beams (one without beam search), each (tokens with the prompt, log_probs, cum)."""
+        prompt, new, stop, bad = row
+        if beam_width > 1:
+            beams = self.model.beam_search(prompt, new, beam_width, stop=stop, bad=bad, **sampling)
+            return [(beam.tokens, beam.log_probs, beam.cum) for beam in beams]
+        steps = list(self.model.steps(prompt, new, stop=stop, bad=bad, **sampling))
+        return [_as_beam(prompt, steps)]
+
+    def _response(self, prompts, rows, end_id, request_output_len, context_embeddings=None):
+        """FT's outputs, [batch, beam, ...]: each beam's prompt and new tokens (padded with end_id),
+        lengths, cum_log_probs, output_log_probs (padded to the tokens asked for, as FT's buffer is)."""
+        beams = len(rows[0])
+        width = max(len(tokens) for row in rows for tokens, _, _ in row)
         pad = end_id if end_id is not None else 0
-        output = np.array([[s + [pad] * (width - len(s))] for s in sequences], dtype=np.uint32)
-        log_probs = np.zeros((len(sequences), 1, max(request_output_len, 1)), dtype=np.float32)
-        for row, steps in enumerate(generated):
-            log_probs[row, 0, : len(steps)] = [s.log_prob for s in steps]
+        output = np.array([[tokens + [pad] * (width - len(tokens)) for tokens, _, _ in row] for row in rows],
+                          dtype=np.uint32)  # fmt: skip
+        log_probs = np.zeros((len(rows), beams, max(request_output_len, 1)), dtype=np.float32)
+        for r, row in enumerate(rows):
+            for b, (_, lps, _) in enumerate(row):
+                log_probs[r, b, : len(lps)] = lps
         tensors = [
             pb_utils.Tensor("output_ids", output),
-            pb_utils.Tensor("sequence_length", np.array([[len(s)] for s in sequences], dtype=np.uint32)),
-            pb_utils.Tensor("cum_log_probs", np.array([[st[-1].cum_log_prob if st else 0.0] for st in generated],
-                                                      dtype=np.float32)),
+            pb_utils.Tensor("sequence_length", np.array([[len(t) for t, *_ in row] for row in rows], dtype=np.uint32)),
+            pb_utils.Tensor("cum_log_probs", np.array([[c for *_, c in row] for row in rows], dtype=np.float32)),
             pb_utils.Tensor("output_log_probs", log_probs),
-        ]  # fmt: skip
+        ]
         if self.prompt_tuning:  # GPT, BLOOM: the prompt lengths, and the context's embeddings when asked
-            lengths = np.array([[len(prompt)] for prompt in prompts], dtype=np.int32)
+            lengths = np.array([[len(prompt)] * beams for prompt in prompts], dtype=np.int32)
             tensors.append(pb_utils.Tensor("response_input_lengths", lengths))
             if context_embeddings is not None:
                 tensors.append(pb_utils.Tensor("context_embeddings", context_embeddings))
@@ -118,31 +132,42 @@ class TritonPythonModel:
         return np.stack([self.model.hidden(prompt).sum(axis=0) for prompt in prompts]).astype(np.float32)
 
     def _answer(self, request):
-        sampling = self._sampling(request)
+        beam_width, sampling = self._sampling(request)
         rows = self._rows(request)
         prompts = [prompt for prompt, *_ in rows]
-        generated = [list(self.model.steps(prompt, new, stop=stop, bad=bad, **sampling))
-                     for prompt, new, stop, bad in rows]  # fmt: skip
+        decoded = [self._decode(row, beam_width, sampling) for row in rows]
         asked = max(new for _, new, _, _ in rows)
-        return self._response(prompts, generated, sampling["end_id"], asked, self._context_embeddings(request, prompts))
+        return self._response(prompts, decoded, sampling["end_id"], asked, self._context_embeddings(request, prompts))
 
     def _stream(self, request):
+        """Decoupled: a response per generated token (beam width 1); with beam search the beams
+        change until the last step, so they come in one response at the end."""
         sender = request.get_response_sender()
         try:
-            sampling = self._sampling(request)
+            beam_width, sampling = self._sampling(request)
             rows = self._rows(request)
             if len(rows) != 1:
                 raise ValueError("streaming takes one sequence per request")
             prompt, new, stop, bad = rows[0]
             embeddings = self._context_embeddings(request, [prompt])
-            steps = []
-            for step in self.model.steps(prompt, new, stop=stop, bad=bad, **sampling):
-                steps.append(step)
-                sender.send(self._response([prompt], [steps], sampling["end_id"], new, embeddings))
+            if beam_width > 1:
+                decoded = self._decode(rows[0], beam_width, sampling)
+                sender.send(self._response([prompt], [decoded], sampling["end_id"], new, embeddings))
+            else:
+                steps = []
+                for step in self.model.steps(prompt, new, stop=stop, bad=bad, **sampling):
+                    steps.append(step)
+                    sender.send(self._response([prompt], [[_as_beam(prompt, steps)]], sampling["end_id"], new,
+                                               embeddings))  # fmt: skip
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         except Exception as err:  # every failure goes back to the client as an error
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err))),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)  # fmt: skip
+
+
+def _as_beam(prompt, steps):
+    """Sampled steps as one beam: (tokens with the prompt, output_log_probs, cum_log_probs)."""
+    return prompt + [s.token for s in steps], [s.log_prob for s in steps], steps[-1].cum_log_prob if steps else 0.0
 
 
 def _word_lists(tensor, batch):

@@ -120,3 +120,35 @@ def test_sampling_is_reproducible_by_seed(pair):
     first = ours.generate(PROMPT, NEW, top_k=8, top_p=0.9, temperature=0.9, seed=42)
     assert first == ours.generate(PROMPT, NEW, top_k=8, top_p=0.9, temperature=0.9, seed=42)
     assert len({tuple(ours.generate(PROMPT, NEW, top_k=8, seed=s)) for s in range(6)}) > 1
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_beam_search_equals_transformers(pair, length_penalty):
+    """FT's GPT beam search (beam_width 3) against transformers' num_beams 3, every beam and its
+    cum_log_probs: without an end token both keep the best beams by their sum of log probabilities
+    and all beams have one length, so the length penalty does not reorder them."""
+    model, ours = pair
+    with torch.no_grad():
+        out = model.generate(torch.tensor([PROMPT]), max_new_tokens=NEW, do_sample=False, num_beams=3,
+                             num_return_sequences=3, length_penalty=length_penalty, pad_token_id=0,
+                             return_dict_in_generate=True, output_scores=True)  # fmt: skip
+    beams = ours.beam_search(PROMPT, NEW, 3, len_penalty=length_penalty)
+    assert [b.tokens[len(PROMPT) :] for b in beams] == [s[len(PROMPT) :].tolist() for s in out.sequences]
+    assert beams[0].cum >= list(ours.steps(PROMPT, NEW))[-1].cum_log_prob  # at least as likely as greedy
+    # transformers' sequences_scores: the sum divided by the GENERATED length ** penalty (FT ranks a
+    # finished beam against live ones by the length with the prompt: the two differ there)
+    length = NEW if length_penalty else 1
+    np.testing.assert_allclose([b.cum / length**length_penalty for b in beams], out.sequences_scores.numpy(),
+                               atol=1e-4, rtol=1e-5)  # fmt: skip
+    assert all(len(b.log_probs) == NEW and abs(sum(b.log_probs) - b.cum) < 1e-6 for b in beams)
+
+
+def test_beam_search_diversity_rate_penalises_a_beams_lower_proposals(pair):
+    """beam_search_diversity_rate adds rate * k to the k-th proposal of each beam (FT's
+    batch_topk_kernel): 0 changes nothing, a strong negative rate spreads the beams over
+    different parents, so the set of beams changes."""
+    _, ours = pair
+    plain = ours.beam_search(PROMPT, NEW, 3)
+    assert [b.tokens for b in ours.beam_search(PROMPT, NEW, 3, diversity_rate=0.0)] == [b.tokens for b in plain]
+    diverse = ours.beam_search(PROMPT, NEW, 3, diversity_rate=-5.0)
+    assert [b.tokens for b in diverse] != [b.tokens for b in plain]

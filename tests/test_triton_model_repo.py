@@ -312,7 +312,10 @@ def test_the_clients_of_fastertransformer_backend_work_unchanged(playbook, tmp_p
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(tokenizer.decode(ids + tokens) + "\n")
         assert f"cum_log_probs: {reference[-1].cum_log_prob:.4f}" in done.stdout
-        # what FT refuses, refused by name: beam search is not modelled by the stand-in
+        # beam search, as the identity client asks for it (beam_width 2, len_penalty, diversity 0)
         beam = {**_ft_request(ids, end_id), "beam_width": np.array([[2]], dtype=np.uint32)}
-        with pytest.raises(Exception, match="beam_width 2: beam search is not modelled"):
-            _infer(grpcclient, f"127.0.0.1:{server.grpc}", "fastertransformer", beam, ft_outputs)
+        expected = load(shards).beam_search(ids, 10, 2, len_penalty=1.0, repetition_penalty=1.3, end_id=end_id)
+        answer = _infer(grpcclient, f"127.0.0.1:{server.grpc}", "fastertransformer", beam, ft_outputs)
+        lengths = answer["sequence_length"].reshape(2)
+        assert [answer["output_ids"][0, b, : lengths[b]].tolist() for b in range(2)] == [b.tokens for b in expected]
+        np.testing.assert_allclose(answer["cum_log_probs"].reshape(2), [b.cum for b in expected], atol=1e-4)
