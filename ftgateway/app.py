@@ -73,19 +73,19 @@ class CompletionRequest(GenerateRequest):
     user: StrictStr | None = None  # the caller's end user: logged nowhere, accepted as OpenAI does
 
 
-UNSUPPORTED = {  # parameter -> (is it set to something the model cannot do?, why)
-    "n": (
-        lambda r: r.n != 1,
-        "n must be 1: the gateway returns one choice per request (FT's beam search, "
-        "which would give several, is not offered yet)",
-    ),
-    "best_of": (lambda r: r.best_of not in (None, 1), "best_of is not supported (one sequence per request)"),
-    "logprobs": (lambda r: r.logprobs is not None, "logprobs are not returned by this gateway yet"),
-    "suffix": (lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
-    "presence_penalty": (lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
-    "frequency_penalty": (lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
-    "logit_bias": (lambda r: bool(r.logit_bias), "logit_bias is not supported by the FT model"),
-}
+# n and best_of above 1 are served by FT's beam search (the n best of best_of beams), which is
+# deterministic: with sampling they would mean independent samples, which FT does not make.
+REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
+    ("n", lambda r: r.n < 1 or r.n > (r.best_of or r.n), "n must be at least 1 and at most best_of"),
+    ("best_of", lambda r: (r.best_of or r.n) > 1 and (r.temperature != 0 or r.stream),
+     "n or best_of above 1 is served by FT's beam search: it needs temperature 0 and no streaming"),
+    ("best_of", lambda r: (r.best_of or r.n) > 16, "best_of must be at most 16 (FT's online beam search)"),
+    ("logprobs", lambda r: r.logprobs is not None, "logprobs are not returned by this gateway yet"),
+    ("suffix", lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
+    ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
+    ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
+    ("logit_bias", lambda r: bool(r.logit_bias), "logit_bias is not supported by the FT model"),
+]  # fmt: skip
 
 
 @dataclass
@@ -183,7 +183,7 @@ class Gateway:
                 raise ApiError(404, f"the model {body.model!r} does not exist here; this gateway serves "
                                f"{self.settings.model!r} (GET /v1/models)", param="model",
                                code="model_not_found")  # fmt: skip
-            for param, (is_set, why) in UNSUPPORTED.items():
+            for param, is_set, why in REFUSED:
                 if is_set(body):
                     raise ApiError(400, why, param=param, code="unsupported_parameter")
         if body.max_tokens > self.settings.max_tokens_limit:
@@ -204,12 +204,7 @@ class Gateway:
         """Text deltas as the model produces them; the last item carries the Result."""
         params, stops, prompt = self.check(body)
         try:
-            tokens = await self.backend.tokenize(prompt, stops, body.max_tokens)
-            if tokens.count + body.max_tokens > self.settings.context_length:
-                raise ApiError(400, f"the prompt has {tokens.count} tokens and max_tokens is {body.max_tokens}: "
-                               f"together over the model's context of {self.settings.context_length} tokens",
-                               param="prompt", code="context_length_exceeded")  # fmt: skip
-            self.metrics.tokens.labels("in").inc(tokens.count)
+            tokens = await self._tokens(body, prompt, stops)
             echo = prompt if getattr(body, "echo", False) else ""  # OpenAI's echo: the prompt, then the completion
             if echo:
                 yield echo, None
@@ -236,6 +231,41 @@ class Gateway:
         finish = "stop" if stopped or completion < body.max_tokens else "length"
         yield "", Result(text=echo + text, prompt_tokens=tokens.count, completion_tokens=completion,
                          finish_reason=finish)  # fmt: skip
+
+    async def _tokens(self, body: GenerateRequest, prompt: str, stops: list[str]) -> Tokens:
+        """The prompt's tokens, or the 400 when prompt and max_tokens exceed the context."""
+        tokens = await self.backend.tokenize(prompt, stops, body.max_tokens)
+        if tokens.count + body.max_tokens > self.settings.context_length:
+            raise ApiError(400, f"the prompt has {tokens.count} tokens and max_tokens is {body.max_tokens}: "
+                           f"together over the model's context of {self.settings.context_length} tokens",
+                           param="prompt", code="context_length_exceeded")  # fmt: skip
+        self.metrics.tokens.labels("in").inc(tokens.count)
+        return tokens
+
+    async def search(self, body: CompletionRequest) -> tuple[list[Result], dict[str, int]]:
+        """n > 1 or best_of > 1 (temperature 0, not streamed): FT's beam search with best_of beams,
+        the n best returned, each cut at a stop; usage counts every beam's tokens, as OpenAI bills
+        best_of."""
+        params, stops, prompt = self.check(body)
+        width = body.best_of or body.n
+        try:
+            tokens = await self._tokens(body, prompt, stops)
+            beams = await self.backend.search(tokens, body.max_tokens, params, width)
+            results = []
+            for step in beams[: body.n]:
+                text, stopped = _cut_at_stop(await self._completion_text(tokens, step), stops)
+                completion = step.sequence_length - tokens.count
+                finish = "stop" if stopped or completion < body.max_tokens else "length"
+                results.append(Result(text=(prompt if body.echo else "") + text, prompt_tokens=tokens.count,
+                                      completion_tokens=completion, finish_reason=finish))  # fmt: skip
+        except InferenceServerException as err:
+            raise ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error") from err
+        except (TimeoutError, OSError) as err:
+            raise ApiError(503, f"tritonserver unreachable: {err}", kind="server_error", code="upstream_down") from err
+        generated = sum(step.sequence_length - tokens.count for step in beams)
+        self.metrics.tokens.labels("out").inc(generated)
+        return results, {"prompt_tokens": tokens.count, "completion_tokens": generated,
+                         "total_tokens": tokens.count + generated}  # fmt: skip
 
     async def _completion_text(self, tokens: Tokens, step) -> str:
         """The new text: the whole sequence decoded less the prompt's text (decoding the new ids
@@ -354,6 +384,13 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, _key: Caller):
+        if (body.best_of or body.n) > 1:
+            results, billed = await gw.search(body)
+            ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+            choices = [{**completion_chunk(ident, created, settings.model, r.text, r.finish_reason)["choices"][0],
+                        "index": i} for i, r in enumerate(results)]  # fmt: skip
+            return {"id": ident, "object": "text_completion", "created": created, "model": settings.model,
+                    "choices": choices, "usage": billed}  # fmt: skip
         if not body.stream:
             result = await gw.result(body)
             ident = f"cmpl-{uuid.uuid4().hex}"

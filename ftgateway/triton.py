@@ -193,6 +193,26 @@ class Triton:
             inputs.append(_tensor("stop_words_list", tokens.stop_ids, "INT32"))
         return inputs
 
+    async def search(self, tokens: Tokens, max_tokens: int, params: Sampling, beam_width: int) -> list[Step]:
+        """FT's beam search: the beam_width beams, best first, from the model's last answer."""
+        width = _tensor("beam_width", np.array([[beam_width]], dtype=np.uint32), "UINT32")
+        inputs = [*self._ft_inputs(tokens, max_tokens, params), width]
+        if not await self.decoupled():
+            return _beams(await self.client.infer("fastertransformer", inputs, client_timeout=self.timeout))
+
+        async def requests():
+            yield {"model_name": "fastertransformer", "inputs": inputs, "enable_empty_final_response": True}
+
+        last = None
+        async for result, error in self.client.stream_infer(requests(), stream_timeout=self.timeout):
+            if error is not None:
+                raise error
+            if result.as_numpy("output_ids") is not None:
+                last = result
+        if last is None:
+            raise InferenceServerException("the fastertransformer model answered no beams")
+        return _beams(last)
+
     async def generate(self, tokens: Tokens, max_tokens: int, params: Sampling) -> AsyncIterator[Step]:
         """The sequence so far, once per step the model answers (once in all unless decoupled)."""
         inputs = self._ft_inputs(tokens, max_tokens, params)
@@ -216,6 +236,13 @@ class Triton:
                 yield _step(result)
             if final is not None and final.bool_param:
                 return
+
+
+def _beams(result) -> list[Step]:
+    """Every beam of an answer, best first (FT orders them)."""
+    output_ids = result.as_numpy("output_ids")  # [1, beams, L]
+    lengths = result.as_numpy("sequence_length").reshape(-1)
+    return [Step(output_ids=output_ids[:1, b : b + 1], sequence_length=int(lengths[b])) for b in range(len(lengths))]
 
 
 def _step(result) -> Step:

@@ -193,6 +193,17 @@ def test_repetition_penalty_reaches_the_model(front):
     assert penalised != front.complete(max_tokens=12, temperature=0)["choices"][0]["text"]
 
 
+def test_best_of_and_n_are_ft_beam_search(front):
+    """best_of 3, n 2 at temperature 0: FT's beam search with 3 beams, the 2 best returned in
+    order (the stand-in's own beam search on the same shards); usage counts all 3 beams."""
+    model, ids = load(front.shards), front.tokenizer.encode(PROMPT)
+    beams = model.beam_search(ids, 8, 3, end_id=front.tokenizer.eos_token_id)
+    answer = front.complete(max_tokens=8, temperature=0, best_of=3, n=2)
+    assert [c["index"] for c in answer["choices"]] == [0, 1]
+    assert [PROMPT + c["text"] for c in answer["choices"]] == [front.tokenizer.decode(b.tokens) for b in beams[:2]]
+    assert answer["usage"]["completion_tokens"] == sum(len(b.tokens) - len(ids) for b in beams)
+
+
 def test_echo_returns_the_prompt_then_the_completion(front):
     plain = front.complete(max_tokens=6, temperature=0)["choices"][0]["text"]
     echoed = front.complete(max_tokens=6, temperature=0, echo=True)
@@ -252,7 +263,9 @@ def test_keys_are_required_and_rate_limited(front):
         ({"model": MODEL, "prompt": 42}, 400, "prompt", "string"),
         ({"model": MODEL, "prompt": ["a", "b"]}, 400, "prompt", "at most 1"),
         ({"model": MODEL, "prompt": ""}, 400, "prompt", "empty"),
-        ({"model": MODEL, "prompt": "x", "n": 2}, 400, "n", "n must be 1"),
+        ({"model": MODEL, "prompt": "x", "n": 2}, 400, "best_of", "needs temperature 0"),
+        ({"model": MODEL, "prompt": "x", "n": 3, "best_of": 2, "temperature": 0}, 400, "n", "at most best_of"),
+        ({"model": MODEL, "prompt": "x", "best_of": 2, "temperature": 0, "stream": True}, 400, "best_of", "streaming"),
         ({"model": MODEL, "prompt": "x", "logprobs": 1}, 400, "logprobs", "not returned"),
         ({"model": MODEL, "prompt": "x", "repetition_penalty": 0}, 400, "repetition_penalty", "above 0"),
         ({"model": MODEL, "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
