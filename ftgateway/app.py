@@ -6,7 +6,7 @@ import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -145,6 +145,18 @@ def _stop_list(stop: str | list[str] | None) -> list[str]:
     return stops
 
 
+@contextmanager
+def _upstream():
+    """tritonserver's failures as the gateway's answers: 502 when it answered an error, 503 when
+    it could not be reached."""
+    try:
+        yield
+    except InferenceServerException as err:
+        raise ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error") from err
+    except (TimeoutError, OSError) as err:
+        raise ApiError(503, f"tritonserver unreachable: {err}", kind="server_error", code="upstream_down") from err
+
+
 def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
     cuts = [text.find(s) for s in stops if s in text]
     return (text[: min(cuts)], True) if cuts else (text, False)
@@ -203,7 +215,7 @@ class Gateway:
     async def run(self, body: GenerateRequest) -> AsyncIterator[tuple[str, Result | None]]:
         """Text deltas as the model produces them; the last item carries the Result."""
         params, stops, prompt = self.check(body)
-        try:
+        with _upstream():
             tokens = await self._tokens(body, prompt, stops)
             echo = prompt if getattr(body, "echo", False) else ""  # OpenAI's echo: the prompt, then the completion
             if echo:
@@ -220,10 +232,6 @@ class Gateway:
                     sent = safe
                 if stopped:
                     break
-        except InferenceServerException as err:
-            raise ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error") from err
-        except (TimeoutError, OSError) as err:
-            raise ApiError(503, f"tritonserver unreachable: {err}", kind="server_error", code="upstream_down") from err
         completion = length - tokens.count
         self.metrics.tokens.labels("out").inc(completion)
         if len(text) > sent:
@@ -248,7 +256,7 @@ class Gateway:
         best_of."""
         params, stops, prompt = self.check(body)
         width = body.best_of or body.n
-        try:
+        with _upstream():
             tokens = await self._tokens(body, prompt, stops)
             beams = await self.backend.search(tokens, body.max_tokens, params, width)
             results = []
@@ -258,10 +266,6 @@ class Gateway:
                 finish = "stop" if stopped or completion < body.max_tokens else "length"
                 results.append(Result(text=(prompt if body.echo else "") + text, prompt_tokens=tokens.count,
                                       completion_tokens=completion, finish_reason=finish))  # fmt: skip
-        except InferenceServerException as err:
-            raise ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error") from err
-        except (TimeoutError, OSError) as err:
-            raise ApiError(503, f"tritonserver unreachable: {err}", kind="server_error", code="upstream_down") from err
         generated = sum(step.sequence_length - tokens.count for step in beams)
         self.metrics.tokens.labels("out").inc(generated)
         return results, {"prompt_tokens": tokens.count, "completion_tokens": generated,

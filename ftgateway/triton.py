@@ -193,36 +193,15 @@ class Triton:
             inputs.append(_tensor("stop_words_list", tokens.stop_ids, "INT32"))
         return inputs
 
-    async def search(self, tokens: Tokens, max_tokens: int, params: Sampling, beam_width: int) -> list[Step]:
-        """FT's beam search: the beam_width beams, best first, from the model's last answer."""
-        width = _tensor("beam_width", np.array([[beam_width]], dtype=np.uint32), "UINT32")
-        inputs = [*self._ft_inputs(tokens, max_tokens, params), width]
-        if not await self.decoupled():
-            return _beams(await self.client.infer("fastertransformer", inputs, client_timeout=self.timeout))
-
-        async def requests():
-            yield {"model_name": "fastertransformer", "inputs": inputs, "enable_empty_final_response": True}
-
-        last = None
-        async for result, error in self.client.stream_infer(requests(), stream_timeout=self.timeout):
-            if error is not None:
-                raise error
-            if result.as_numpy("output_ids") is not None:
-                last = result
-        if last is None:
-            raise InferenceServerException("the fastertransformer model answered no beams")
-        return _beams(last)
-
-    async def generate(self, tokens: Tokens, max_tokens: int, params: Sampling) -> AsyncIterator[Step]:
-        """The sequence so far, once per step the model answers (once in all unless decoupled)."""
-        inputs = self._ft_inputs(tokens, max_tokens, params)
+    async def _answers(self, inputs: list[grpcclient.InferInput]) -> AsyncIterator:
+        """The fastertransformer model's answers that carry tokens: one, or with a decoupled model
+        one per step until Triton's final response."""
         try:
             decoupled = await self.decoupled()
         except InferenceServerException:
             decoupled = False  # the inference below reports what is wrong
         if not decoupled:
-            result = await self.client.infer("fastertransformer", inputs, client_timeout=self.timeout)
-            yield _step(result)
+            yield await self.client.infer("fastertransformer", inputs, client_timeout=self.timeout)
             return
 
         async def requests():
@@ -233,9 +212,24 @@ class Triton:
                 raise error
             final = result.get_response().parameters.get("triton_final_response")
             if result.as_numpy("output_ids") is not None:
-                yield _step(result)
+                yield result
             if final is not None and final.bool_param:
                 return
+
+    async def search(self, tokens: Tokens, max_tokens: int, params: Sampling, beam_width: int) -> list[Step]:
+        """FT's beam search: the beam_width beams, best first, from the model's last answer."""
+        width = _tensor("beam_width", np.array([[beam_width]], dtype=np.uint32), "UINT32")
+        last = None
+        async for result in self._answers([*self._ft_inputs(tokens, max_tokens, params), width]):
+            last = result
+        if last is None:
+            raise InferenceServerException("the fastertransformer model answered no beams")
+        return _beams(last)
+
+    async def generate(self, tokens: Tokens, max_tokens: int, params: Sampling) -> AsyncIterator[Step]:
+        """The sequence so far, once per step the model answers (once in all unless decoupled)."""
+        async for result in self._answers(self._ft_inputs(tokens, max_tokens, params)):
+            yield _step(result)
 
 
 def _beams(result) -> list[Step]:
