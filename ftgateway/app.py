@@ -80,7 +80,13 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
     ("best_of", lambda r: (r.best_of or r.n) > 1 and (r.temperature != 0 or r.stream),
      "n or best_of above 1 is served by FT's beam search: it needs temperature 0 and no streaming"),
     ("best_of", lambda r: (r.best_of or r.n) > 16, "best_of must be at most 16 (FT's online beam search)"),
-    ("logprobs", lambda r: r.logprobs is not None, "logprobs are not returned by this gateway yet"),
+    ("logprobs", lambda r: r.logprobs is not None and not 0 <= r.logprobs <= 5, "logprobs must be between 0 and 5"),
+    ("logprobs", lambda r: (r.logprobs or 0) > 1 or (r.logprobs == 1 and (r.temperature or (r.best_of or r.n) > 1)),
+     "FT returns each chosen token's log probability, not the most likely others: logprobs 0, or 1 with greedy "
+     "decoding (temperature 0, no best_of), where the chosen token is the most likely one"),
+    ("logprobs", lambda r: r.logprobs is not None and r.stream, "logprobs come with whole answers: stream false"),
+    ("logprobs", lambda r: r.logprobs is not None and r.echo, "FT does not score the prompt's tokens: logprobs "
+     "cannot be combined with echo"),
     ("suffix", lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
     ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
@@ -94,6 +100,7 @@ class Result:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str
+    logprobs: dict[str, list] | None = None  # OpenAI's choice.logprobs, when asked
 
 
 class Metrics:
@@ -203,8 +210,8 @@ class Gateway:
                            f"{self.settings.max_tokens_limit}", param="max_tokens")  # fmt: skip
         try:
             params = sampling(float(body.temperature), body.top_k, float(body.top_p), body.seed,
-                              fallback_seed=secrets.randbits(63),
-                              repetition_penalty=float(body.repetition_penalty))  # fmt: skip
+                              fallback_seed=secrets.randbits(63), repetition_penalty=float(body.repetition_penalty),
+                              log_probs=getattr(body, "logprobs", None) is not None)  # fmt: skip
         except SamplingError as err:
             raise ApiError(400, str(err), param=err.param) from err
         prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
@@ -221,9 +228,9 @@ class Gateway:
             if echo:
                 yield echo, None
             sent, text, length, stopped = 0, "", tokens.count, False
-            hold = max((len(s) for s in stops), default=1) - 1
+            hold, last = max((len(s) for s in stops), default=1) - 1, None
             async for step in self.backend.generate(tokens, body.max_tokens, params):
-                length = step.sequence_length
+                length, last = step.sequence_length, step
                 text, stopped = _cut_at_stop(await self._completion_text(tokens, step), stops)
                 # Send what can no longer change: not a partial UTF-8 character, not a possible stop's start.
                 safe = len(text) if stopped else max(sent, len(text.rstrip("\ufffd")) - hold)
@@ -232,13 +239,14 @@ class Gateway:
                     sent = safe
                 if stopped:
                     break
+            logprobs = await self._logprobs(tokens, last, text, body) if params.log_probs and last else None
         completion = length - tokens.count
         self.metrics.tokens.labels("out").inc(completion)
         if len(text) > sent:
             yield text[sent:], None
         finish = "stop" if stopped or completion < body.max_tokens else "length"
         yield "", Result(text=echo + text, prompt_tokens=tokens.count, completion_tokens=completion,
-                         finish_reason=finish)  # fmt: skip
+                         finish_reason=finish, logprobs=logprobs)  # fmt: skip
 
     async def _tokens(self, body: GenerateRequest, prompt: str, stops: list[str]) -> Tokens:
         """The prompt's tokens, or the 400 when prompt and max_tokens exceed the context."""
@@ -264,8 +272,10 @@ class Gateway:
                 text, stopped = _cut_at_stop(await self._completion_text(tokens, step), stops)
                 completion = step.sequence_length - tokens.count
                 finish = "stop" if stopped or completion < body.max_tokens else "length"
+                logprobs = await self._logprobs(tokens, step, text, body) if params.log_probs else None
                 results.append(Result(text=(prompt if body.echo else "") + text, prompt_tokens=tokens.count,
-                                      completion_tokens=completion, finish_reason=finish))  # fmt: skip
+                                      completion_tokens=completion, finish_reason=finish,
+                                      logprobs=logprobs))  # fmt: skip
         generated = sum(step.sequence_length - tokens.count for step in beams)
         self.metrics.tokens.labels("out").inc(generated)
         return results, {"prompt_tokens": tokens.count, "completion_tokens": generated,
@@ -278,6 +288,25 @@ class Gateway:
         if full.startswith(tokens.text):
             return full[len(tokens.text) :]
         return await self.backend.detokenize(step.output_ids[:, :, tokens.count :], step.sequence_length - tokens.count)
+
+    async def _logprobs(self, tokens: Tokens, step, text: str, body: CompletionRequest) -> dict[str, list]:
+        """OpenAI's logprobs from FT's output_log_probs: each new token as the text it adds (the
+        completion decoded up to it and after it, in one postprocessing call), its log probability,
+        its offset in the text; the tokens past a stop sequence left out. With logprobs 1 (greedy
+        only) top_logprobs holds the chosen token, which is the most likely one."""
+        if step.log_probs is None:
+            raise ApiError(502, "tritonserver answered no output_log_probs although is_return_log_probs was sent",
+                           kind="server_error", code="upstream_error")  # fmt: skip
+        new = step.sequence_length - tokens.count
+        fulls = await self.backend.detokenize_prefixes(step.output_ids, [tokens.count + k for k in range(new + 1)])
+        so_far = [f[len(tokens.text) :] if f.startswith(tokens.text) else f for f in fulls]
+        offsets = [_common_prefix(part, text) for part in so_far]
+        kept = [k for k in range(new) if offsets[k] < len(text) or (k == 0 and not text)]
+        pieces = [text[offsets[k] : max(offsets[k], offsets[k + 1])] for k in kept]
+        values = [float(step.log_probs[k]) for k in kept]
+        top = [{piece: value} for piece, value in zip(pieces, values, strict=True)] if body.logprobs else None
+        return {"tokens": pieces, "token_logprobs": values, "top_logprobs": top,
+                "text_offset": [offsets[k] for k in kept]}  # fmt: skip
 
     async def result(self, body: GenerateRequest) -> Result:
         result = None
@@ -330,8 +359,19 @@ def usage(result: Result) -> dict[str, int]:
             "total_tokens": result.prompt_tokens + result.completion_tokens}  # fmt: skip
 
 
-def completion_chunk(ident: str, created: int, model: str, text: str, finish: str | None, **extra: Any):
-    choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+def _common_prefix(a: str, b: str) -> int:
+    """How many leading characters a and b share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def completion_chunk(ident: str, created: int, model: str, text: str, finish: str | None, *,
+                     logprobs: dict[str, list] | None = None, **extra: Any):  # fmt: skip
+    choice = {"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}
     return {"id": ident, "object": "text_completion", "created": created, "model": model, "choices": [choice], **extra}
 
 
@@ -391,14 +431,16 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
         if (body.best_of or body.n) > 1:
             results, billed = await gw.search(body)
             ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-            choices = [{**completion_chunk(ident, created, settings.model, r.text, r.finish_reason)["choices"][0],
-                        "index": i} for i, r in enumerate(results)]  # fmt: skip
+            choices = [{**completion_chunk(ident, created, settings.model, r.text, r.finish_reason,
+                                           logprobs=r.logprobs)["choices"][0], "index": i}
+                       for i, r in enumerate(results)]  # fmt: skip
             return {"id": ident, "object": "text_completion", "created": created, "model": settings.model,
                     "choices": choices, "usage": billed}  # fmt: skip
         if not body.stream:
             result = await gw.result(body)
             ident = f"cmpl-{uuid.uuid4().hex}"
-            chunk = completion_chunk(ident, int(time.time()), settings.model, result.text, result.finish_reason)
+            chunk = completion_chunk(ident, int(time.time()), settings.model, result.text, result.finish_reason,
+                                     logprobs=result.logprobs)  # fmt: skip
             return {**chunk, "usage": usage(result)}
         began = time.monotonic()
         rest = gw.run(body)

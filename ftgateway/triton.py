@@ -17,6 +17,10 @@ from tritonclient.utils import InferenceServerException
 
 MODELS = ("preprocessing", "fastertransformer", "postprocessing")
 UINT64_MAX = 2**64 - 1
+# Greedy decoding with log probabilities: FT's top-p path with this top_p takes the most likely
+# token (it holds at least 1/vocabulary of the mass, over 1e-6 for any vocabulary under a
+# million) and reports its full log probability, where the top-k path (top_k 1) reports 0.
+GREEDY_TOP_P = 1e-6
 
 
 class SamplingError(ValueError):
@@ -36,10 +40,7 @@ class Sampling:
     temperature: float
     random_seed: int
     repetition_penalty: float = 1.0
-
-    @property
-    def greedy(self) -> bool:
-        return self.runtime_top_k == 1 and self.runtime_top_p == 0.0
+    log_probs: bool = False  # FT's is_return_log_probs
 
 
 def sampling(
@@ -50,6 +51,7 @@ def sampling(
     fallback_seed: int,
     *,
     repetition_penalty: float = 1.0,
+    log_probs: bool = False,
 ) -> Sampling:
     """OpenAI's parameters -> FT's.
 
@@ -62,6 +64,8 @@ def sampling(
       request), so that two requests do not repeat each other.
     - repetition_penalty: FT's multiplicative penalty on every token already in the sequence,
       prompt included (1 is none), greedy or sampled.
+    - log_probs: FT's is_return_log_probs; greedy then takes FT's top-p path with GREEDY_TOP_P,
+      the same most likely token with its full log probability.
     """
     if not 0 < repetition_penalty <= 10:
         raise SamplingError("repetition_penalty", "repetition_penalty must be above 0 and at most 10 (1 is none)")
@@ -74,13 +78,14 @@ def sampling(
     if seed is not None and not 0 <= seed <= UINT64_MAX:
         raise SamplingError("seed", "seed must be between 0 and 2**64-1 (FT's random_seed is a uint64)")
     if temperature == 0:
-        return Sampling(runtime_top_k=1, runtime_top_p=0.0, temperature=1.0, random_seed=seed or 0,
-                        repetition_penalty=float(repetition_penalty))  # fmt: skip
+        return Sampling(runtime_top_k=0 if log_probs else 1, runtime_top_p=GREEDY_TOP_P if log_probs else 0.0,
+                        temperature=1.0, random_seed=seed or 0, repetition_penalty=float(repetition_penalty),
+                        log_probs=log_probs)  # fmt: skip
     if top_k == 0 and top_p == 0.0:
         raise SamplingError("top_p", "top_p 0 with top_k 0 would be greedy decoding in FT: use temperature 0 for that")
     return Sampling(runtime_top_k=top_k, runtime_top_p=float(top_p), temperature=float(temperature),
                     random_seed=fallback_seed if seed is None else seed,
-                    repetition_penalty=float(repetition_penalty))  # fmt: skip
+                    repetition_penalty=float(repetition_penalty), log_probs=log_probs)  # fmt: skip
 
 
 def _tensor(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
@@ -101,6 +106,7 @@ class Tokens:
 class Step:
     output_ids: np.ndarray  # [1, 1, L] uint32, prompt included
     sequence_length: int
+    log_probs: np.ndarray | None = None  # FT's output_log_probs of each new token, when asked
 
 
 class Triton:
@@ -162,19 +168,25 @@ class Triton:
         return self._post_inputs
 
     async def detokenize(self, output_ids: np.ndarray, length: int) -> str:
+        return (await self.detokenize_prefixes(output_ids, [length]))[0]
+
+    async def detokenize_prefixes(self, output_ids: np.ndarray, lengths: list[int]) -> list[str]:
+        """One sequence ([1, 1, L]) decoded up to each of `lengths`, in one call: the prefixes go
+        to the postprocessing model as beams of one batch row."""
         declared = await self._postprocessing_inputs()
+        beams = np.repeat(output_ids.reshape(1, 1, -1), len(lengths), axis=1)
         inputs = [
-            _tensor("TOKENS_BATCH", output_ids.astype(np.uint32), "UINT32"),
-            _tensor("sequence_length", np.array([[length]], dtype=np.uint32), "UINT32"),
+            _tensor("TOKENS_BATCH", beams.astype(np.uint32), "UINT32"),
+            _tensor("sequence_length", np.array([lengths], dtype=np.uint32), "UINT32"),
         ]
         if "RESPONSE_INPUT_LENGTHS" in declared:  # GPT and BLOOM declare it (unused, as upstream's)
-            inputs.append(_tensor("RESPONSE_INPUT_LENGTHS", np.array([[0]], dtype=np.int32), "INT32"))
+            inputs.append(_tensor("RESPONSE_INPUT_LENGTHS", np.zeros((1, len(lengths)), dtype=np.int32), "INT32"))
         try:
             result = await self.client.infer("postprocessing", inputs, client_timeout=self.timeout)
         except InferenceServerException:
             self._post_inputs = None
             raise
-        return result.as_numpy("OUTPUT").reshape(-1)[0].decode(errors="replace")
+        return [text.decode(errors="replace") for text in result.as_numpy("OUTPUT").reshape(-1)]
 
     def _ft_inputs(self, tokens: Tokens, max_tokens: int, params: Sampling) -> list[grpcclient.InferInput]:
         one = lambda value, dtype: np.array([[value]], dtype=dtype)  # noqa: E731 - [1, 1] scalars
@@ -187,6 +199,8 @@ class Triton:
             _tensor("temperature", one(params.temperature, np.float32), "FP32"),
             _tensor("random_seed", one(params.random_seed, np.uint64), "UINT64"),
         ]
+        if params.log_probs:
+            inputs.append(_tensor("is_return_log_probs", one(True, np.bool_), "BOOL"))
         if params.repetition_penalty != 1.0:
             inputs.append(_tensor("repetition_penalty", one(params.repetition_penalty, np.float32), "FP32"))
         if tokens.stop_ids is not None:
@@ -235,11 +249,13 @@ class Triton:
 def _beams(result) -> list[Step]:
     """Every beam of an answer, best first (FT orders them)."""
     output_ids = result.as_numpy("output_ids")  # [1, beams, L]
+    output_ids = output_ids.reshape(1, 1, -1) if output_ids.ndim < 3 else output_ids
     lengths = result.as_numpy("sequence_length").reshape(-1)
-    return [Step(output_ids=output_ids[:1, b : b + 1], sequence_length=int(lengths[b])) for b in range(len(lengths))]
+    log_probs = result.as_numpy("output_log_probs")  # [1, beams, request_output_len] when asked
+    return [Step(output_ids=output_ids[:1, b : b + 1], sequence_length=int(lengths[b]),
+                 log_probs=None if log_probs is None else log_probs.reshape(len(lengths), -1)[b])
+            for b in range(len(lengths))]  # fmt: skip
 
 
 def _step(result) -> Step:
-    output_ids = result.as_numpy("output_ids")
-    output_ids = output_ids.reshape(1, 1, -1) if output_ids.ndim < 3 else output_ids[:1, :1]
-    return Step(output_ids=output_ids, sequence_length=int(result.as_numpy("sequence_length").reshape(-1)[0]))
+    return _beams(result)[0]

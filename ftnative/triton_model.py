@@ -99,24 +99,27 @@ class TritonPythonModel:
         steps = list(self.model.steps(prompt, new, stop=stop, bad=bad, **sampling))
         return [_as_beam(prompt, steps)]
 
-    def _response(self, prompts, rows, end_id, request_output_len, context_embeddings=None):
+    def _response(self, prompts, rows, end_id, request_output_len, *, log_probs, context_embeddings=None):
         """FT's outputs, [batch, beam, ...]: each beam's prompt and new tokens (padded with end_id),
-        lengths, cum_log_probs, output_log_probs (padded to the tokens asked for, as FT's buffer is)."""
+        lengths, and when is_return_log_probs is true (as ParallelGptTritonModelInstance adds them
+        only then) cum_log_probs and output_log_probs (padded to the tokens asked for, as FT's
+        buffer is)."""
         beams = len(rows[0])
         width = max(len(tokens) for row in rows for tokens, _, _ in row)
         pad = end_id if end_id is not None else 0
         output = np.array([[tokens + [pad] * (width - len(tokens)) for tokens, _, _ in row] for row in rows],
                           dtype=np.uint32)  # fmt: skip
-        log_probs = np.zeros((len(rows), beams, max(request_output_len, 1)), dtype=np.float32)
-        for r, row in enumerate(rows):
-            for b, (_, lps, _) in enumerate(row):
-                log_probs[r, b, : len(lps)] = lps
         tensors = [
             pb_utils.Tensor("output_ids", output),
             pb_utils.Tensor("sequence_length", np.array([[len(t) for t, *_ in row] for row in rows], dtype=np.uint32)),
-            pb_utils.Tensor("cum_log_probs", np.array([[c for *_, c in row] for row in rows], dtype=np.float32)),
-            pb_utils.Tensor("output_log_probs", log_probs),
         ]
+        if log_probs:
+            each = np.zeros((len(rows), beams, max(request_output_len, 1)), dtype=np.float32)
+            for r, row in enumerate(rows):
+                for b, (_, lps, _) in enumerate(row):
+                    each[r, b, : len(lps)] = lps
+            cum = np.array([[c for *_, c in row] for row in rows], dtype=np.float32)
+            tensors += [pb_utils.Tensor("cum_log_probs", cum), pb_utils.Tensor("output_log_probs", each)]
         if self.prompt_tuning:  # GPT, BLOOM: the prompt lengths, and the context's embeddings when asked
             lengths = np.array([[len(prompt)] * beams for prompt in prompts], dtype=np.int32)
             tensors.append(pb_utils.Tensor("response_input_lengths", lengths))
@@ -137,7 +140,14 @@ class TritonPythonModel:
         prompts = [prompt for prompt, *_ in rows]
         decoded = [self._decode(row, beam_width, sampling) for row in rows]
         asked = max(new for _, new, _, _ in rows)
-        return self._response(prompts, decoded, sampling["end_id"], asked, self._context_embeddings(request, prompts))
+        return self._response(
+            prompts,
+            decoded,
+            sampling["end_id"],
+            asked,
+            log_probs=_log_probs(request),
+            context_embeddings=self._context_embeddings(request, prompts),
+        )
 
     def _stream(self, request):
         """Decoupled: a response per generated token (beam width 1); with beam search the beams
@@ -149,16 +159,20 @@ class TritonPythonModel:
             if len(rows) != 1:
                 raise ValueError("streaming takes one sequence per request")
             prompt, new, stop, bad = rows[0]
-            embeddings = self._context_embeddings(request, [prompt])
+            embeddings, log_probs = self._context_embeddings(request, [prompt]), _log_probs(request)
             if beam_width > 1:
                 decoded = self._decode(rows[0], beam_width, sampling)
-                sender.send(self._response([prompt], [decoded], sampling["end_id"], new, embeddings))
+                sender.send(
+                    self._response(
+                        [prompt], [decoded], sampling["end_id"], new, log_probs=log_probs, context_embeddings=embeddings
+                    )
+                )
             else:
                 steps = []
                 for step in self.model.steps(prompt, new, stop=stop, bad=bad, **sampling):
                     steps.append(step)
                     sender.send(self._response([prompt], [[_as_beam(prompt, steps)]], sampling["end_id"], new,
-                                               embeddings))  # fmt: skip
+                                               log_probs=log_probs, context_embeddings=embeddings))  # fmt: skip
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         except Exception as err:  # every failure goes back to the client as an error
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err))),
@@ -168,6 +182,10 @@ class TritonPythonModel:
 def _as_beam(prompt, steps):
     """Sampled steps as one beam: (tokens with the prompt, output_log_probs, cum_log_probs)."""
     return prompt + [s.token for s in steps], [s.log_prob for s in steps], steps[-1].cum_log_prob if steps else 0.0
+
+
+def _log_probs(request):
+    return _scalar(request, "is_return_log_probs", False, bool)
 
 
 def _word_lists(tensor, batch):

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import BIN, ROOT, run_playbook
 from tritonlocal import free_port, tiny_model, tritonserver
@@ -204,6 +205,71 @@ def test_best_of_and_n_are_ft_beam_search(front):
     assert answer["usage"]["completion_tokens"] == sum(len(b.tokens) - len(ids) for b in beams)
 
 
+def _check_logprobs(choice: dict, expected: list[float]) -> None:
+    """OpenAI's shape: the tokens are the text, piece by piece, at their offsets; the values are
+    the reference's within 1e-4."""
+    logprobs = choice["logprobs"]
+    assert "".join(logprobs["tokens"]) == choice["text"]
+    assert logprobs["text_offset"] == [sum(map(len, logprobs["tokens"][:i])) for i in range(len(logprobs["tokens"]))]
+    np.testing.assert_allclose(logprobs["token_logprobs"], expected[: len(logprobs["tokens"])], atol=1e-4)
+
+
+def test_logprobs_are_fts_output_log_probs(front):
+    """logprobs 1 at temperature 0: the same greedy text, each token's full log probability
+    (FT's top-p path with a tiny top_p, see ftgateway.triton.GREEDY_TOP_P) equal to transformers'
+    log_softmax of its scores, and the chosen token as the top entry. Sampled (logprobs 0) and
+    beam searched (best_of 2), the values are what the stand-in's FT decoding reports."""
+    ids, eos = front.tokenizer.encode(PROMPT), front.tokenizer.eos_token_id
+    with torch.no_grad():
+        out = front.model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, output_scores=True,
+                                   return_dict_in_generate=True, pad_token_id=eos)  # fmt: skip
+    new = out.sequences[0, len(ids) :].tolist()
+    full = [float(torch.log_softmax(score[0].double(), -1)[t]) for score, t in zip(out.scores, new, strict=True)]
+    greedy = front.complete(max_tokens=8, temperature=0)["choices"][0]
+    choice = front.complete(max_tokens=8, temperature=0, logprobs=1)["choices"][0]
+    assert choice["text"] == greedy["text"]
+    assert greedy["logprobs"] is None
+    _check_logprobs(choice, full)
+    top = choice["logprobs"]["top_logprobs"]
+    assert top == [{t: v} for t, v in zip(choice["logprobs"]["tokens"], choice["logprobs"]["token_logprobs"],
+                                          strict=True)]  # fmt: skip
+    model = load(front.shards)
+    sampled = front.complete(max_tokens=8, temperature=0.8, top_k=0, top_p=0.9, seed=21, logprobs=0)["choices"][0]
+    steps = list(model.steps(ids, 8, top_k=0, top_p=0.9, temperature=0.8, seed=21, end_id=eos))
+    assert PROMPT + sampled["text"] == front.tokenizer.decode(ids + [s.token for s in steps])
+    assert sampled["logprobs"]["top_logprobs"] is None
+    _check_logprobs(sampled, [s.log_prob for s in steps])
+    beams = model.beam_search(ids, 8, 2, end_id=eos)
+    searched = front.complete(max_tokens=8, temperature=0, best_of=2, n=2, logprobs=0)["choices"]
+    for choice, beam in zip(searched, beams, strict=True):
+        _check_logprobs(choice, beam.log_probs)
+
+
+def test_the_openai_client_works_with_fts_parameters(front):
+    """The openai Python client, as users call the gateway: greedy, echo, n/best_of, logprobs and
+    repetition_penalty (extra_body) give the same answers as the plain HTTP requests."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=front.url + "/v1", api_key=KEY, max_retries=0)
+    asked = {"model": MODEL, "prompt": PROMPT, "max_tokens": 8, "temperature": 0}
+    for extra in ({}, {"echo": True}, {"n": 2, "best_of": 3}, {"logprobs": 1}):
+        got = client.completions.create(**asked, **extra)
+        want = front.complete(max_tokens=8, temperature=0, **extra)
+        assert [c.text for c in got.choices] == [c["text"] for c in want["choices"]], extra
+        assert got.usage.completion_tokens == want["usage"]["completion_tokens"]
+        if "logprobs" in extra:
+            assert got.choices[0].logprobs.token_logprobs == want["choices"][0]["logprobs"]["token_logprobs"]
+            assert got.choices[0].logprobs.tokens == want["choices"][0]["logprobs"]["tokens"]
+    penalised = client.completions.create(**asked, extra_body={"repetition_penalty": 1.8})
+    assert penalised.choices[0].text == front.complete(max_tokens=8, temperature=0, repetition_penalty=1.8)[
+        "choices"][0]["text"]  # fmt: skip
+    streamed = client.completions.create(**asked, stream=True)
+    assert "".join(chunk.choices[0].text for chunk in streamed if chunk.choices) == front.complete(
+        max_tokens=8, temperature=0)["choices"][0]["text"]  # fmt: skip
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(**asked, logprobs=3)
+    assert refused.value.body["param"] == "logprobs"
+
+
 def test_echo_returns_the_prompt_then_the_completion(front):
     plain = front.complete(max_tokens=6, temperature=0)["choices"][0]["text"]
     echoed = front.complete(max_tokens=6, temperature=0, echo=True)
@@ -266,7 +332,11 @@ def test_keys_are_required_and_rate_limited(front):
         ({"model": MODEL, "prompt": "x", "n": 2}, 400, "best_of", "needs temperature 0"),
         ({"model": MODEL, "prompt": "x", "n": 3, "best_of": 2, "temperature": 0}, 400, "n", "at most best_of"),
         ({"model": MODEL, "prompt": "x", "best_of": 2, "temperature": 0, "stream": True}, 400, "best_of", "streaming"),
-        ({"model": MODEL, "prompt": "x", "logprobs": 1}, 400, "logprobs", "not returned"),
+        ({"model": MODEL, "prompt": "x", "logprobs": 2, "temperature": 0}, 400, "logprobs", "chosen token's"),
+        ({"model": MODEL, "prompt": "x", "logprobs": 1, "temperature": 0.5}, 400, "logprobs", "greedy"),
+        ({"model": MODEL, "prompt": "x", "logprobs": 6}, 400, "logprobs", "between 0 and 5"),
+        ({"model": MODEL, "prompt": "x", "logprobs": 0, "stream": True}, 400, "logprobs", "stream false"),
+        ({"model": MODEL, "prompt": "x", "logprobs": 0, "echo": True}, 400, "logprobs", "prompt's tokens"),
         ({"model": MODEL, "prompt": "x", "repetition_penalty": 0}, 400, "repetition_penalty", "above 0"),
         ({"model": MODEL, "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
         ({"model": MODEL, "prompt": "x", "stop": ["a,b"]}, 400, "stop", "comma"),
@@ -377,6 +447,18 @@ def test_sampling_maps_openai_parameters_to_fts(openai, ft):
     temperature, top_k, top_p, seed = openai
     got = sampling(temperature, top_k, top_p, seed, fallback_seed=99)
     assert (got.runtime_top_k, got.runtime_top_p, got.temperature, got.random_seed) == ft
+
+
+def test_greedy_with_log_probs_takes_fts_top_p_path():
+    """FT's top-k path reports log P(token | top-1) = 0 for greedy decoding; the top-p path with a
+    tiny top_p takes the same most likely token with its full log probability."""
+    from ftgateway.triton import GREEDY_TOP_P, sampling  # noqa: PLC0415
+
+    got = sampling(0.0, 40, 0.5, None, fallback_seed=9, log_probs=True)
+    assert (got.runtime_top_k, got.runtime_top_p, got.temperature, got.random_seed, got.log_probs) == (
+        0, GREEDY_TOP_P, 1.0, 0, True)  # fmt: skip
+    assert GREEDY_TOP_P <= 1 / 1_000_000  # under 1 / vocabulary for any vocabulary under a million
+    assert sampling(0.7, 0, 1.0, 3, fallback_seed=9, log_probs=True).runtime_top_p == 1.0
 
 
 @pytest.mark.parametrize(

@@ -319,3 +319,59 @@ def test_the_clients_of_fastertransformer_backend_work_unchanged(playbook, tmp_p
         lengths = answer["sequence_length"].reshape(2)
         assert [answer["output_ids"][0, b, : lengths[b]].tolist() for b in range(2)] == [b.tokens for b in expected]
         np.testing.assert_allclose(answer["cum_log_probs"].reshape(2), [b.cum for b in expected], atol=1e-4)
+
+
+def test_an_early_llama_conversion_named_llamatokenizer_serves(playbook, tmp_path):
+    """decapoda-research/llama-7b-hf's tokenizer files, which inventories/prod serves: only the
+    SentencePiece tokenizer.model, and a tokenizer_config.json naming `LLaMATokenizer` (a class
+    no transformers has) with empty special tokens. AutoTokenizer cannot load it; the tokenizing
+    models load LlamaTokenizer, as the LLaMA guide's do. Through a real tritonserver: the prompt's
+    ids are SentencePiece's own after <s>, the fastertransformer model's answer is the reference
+    decoder's, and the ensemble's text is those ids decoded (<s> shown). (The random model's
+    bytes need not be UTF-8; SentencePiece and transformers replace broken ones differently.)"""
+    spm = pytest.importorskip("sentencepiece")
+    import numpy as np  # noqa: PLC0415
+    import tritonclient.grpc as grpcclient  # noqa: PLC0415
+
+    from ftnative.decode import load  # noqa: PLC0415
+
+    sys.path.insert(0, str(ROOT / "roles" / "triton_model_repo" / "files"))
+    from tokenizer_model import load_tokenizer  # noqa: PLC0415
+
+    byte_level, _, repo, shards = served_repository(playbook, tmp_path, "llama")
+    checkpoint = tmp_path / "checkpoint"
+    for leftover in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (checkpoint / leftover).unlink(missing_ok=True)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text((ROOT / "lab" / "corpus.md").read_text())
+    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(checkpoint / "tokenizer"), model_type="bpe",
+                                   vocab_size=len(byte_level), unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+                                   byte_fallback=True, character_coverage=1.0, remove_extra_whitespaces=False,
+                                   normalization_rule_name="identity", minloglevel=2)  # fmt: skip
+    decapoda = {"bos_token": "", "eos_token": "", "model_max_length": 1e30, "tokenizer_class": "LLaMATokenizer",
+                "unk_token": ""}  # fmt: skip
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps(decapoda))
+    (checkpoint / "special_tokens_map.json").write_text("{}")
+    with pytest.raises((ValueError, RecursionError)):  # what a plain AutoTokenizer does with these files
+        transformers.AutoTokenizer.from_pretrained(checkpoint)
+
+    sp = spm.SentencePieceProcessor(model_file=str(checkpoint / "tokenizer.model"))
+    prompt = "Ansible automation that takes  bare GPU hosts: ünïcode"
+    ids = [sp.bos_id(), *sp.encode(prompt)]
+    decoder = load(shards)
+    new = decoder.generate(ids, 10, end_id=decoder.params.get("end_id"))
+    tokenizer = load_tokenizer(str(checkpoint))
+    assert tokenizer.encode(prompt) == ids
+    assert tokenizer.decode(ids, skip_special_tokens=True) == sp.decode(ids) == prompt
+    text = np.array([[prompt.encode()]], dtype=object)
+    words = np.array([[b""]], dtype=object)
+    with tritonserver(repo, tmp_path) as server:
+        url = f"127.0.0.1:{server.grpc}"
+        asked = {"QUERY": text, "REQUEST_OUTPUT_LEN": np.array([[10]], np.uint32), "BAD_WORDS_DICT": words,
+                 "STOP_WORDS_DICT": words}  # fmt: skip
+        pre = _infer(grpcclient, url, "preprocessing", asked, ["INPUT_ID", "REQUEST_INPUT_LEN"])
+        assert pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])].tolist() == ids
+        ensemble = {"INPUT_0": text, "INPUT_1": np.array([[10]], dtype=np.uint32), "INPUT_2": words, "INPUT_3": words}
+        answer = _infer(grpcclient, url, "ensemble", ensemble, ["OUTPUT_0"])
+    assert answer["OUTPUT_0"].reshape(-1)[0].decode() == tokenizer.decode(ids + new)
+    assert answer["OUTPUT_0"].reshape(-1)[0].decode().startswith("<s> " + prompt)

@@ -6,6 +6,32 @@ tokenizer from `tokenizer_dir`, loaded offline (never downloaded at load time)."
 import json
 import os
 import sys
+from pathlib import Path
+
+# LLaMA's conversions made before transformers named the class LlamaTokenizer (4.28), such as
+# decapoda-research/llama-7b-hf, spell it LLaMATokenizer, which no transformers knows, ship only
+# the SentencePiece tokenizer.model, and leave the special tokens empty (""). The LLaMA guide's
+# tokenizing models load LlamaTokenizer directly for that reason; so do these, with LLaMA's own
+# special tokens (<unk> 0, <s> 1, </s> 2 in its tokenizer.model) where the config left them empty,
+# and the <s> first that LLaMA was trained with.
+EARLY_LLAMA = "LLaMATokenizer"
+LLAMA_SPECIAL = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
+
+
+def load_tokenizer(directory: str):
+    """The checkpoint's tokenizer, as transformers' AutoTokenizer reads it, or LlamaTokenizer for
+    the early LLaMA spelling (needs sentencepiece, as transformers' conversion of tokenizer.model
+    does)."""
+    config_file = Path(directory) / "tokenizer_config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    if config.get("tokenizer_class") == EARLY_LLAMA:
+        from transformers import LlamaTokenizer  # noqa: PLC0415
+
+        empty = {name: value for name, value in LLAMA_SPECIAL.items() if not config.get(name)}
+        return LlamaTokenizer.from_pretrained(directory, add_bos_token=config.get("add_bos_token", True), **empty)
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    return AutoTokenizer.from_pretrained(directory)
 
 
 class TokenizerModel:
@@ -15,6 +41,4 @@ class TokenizerModel:
         for path in reversed([p for p in self.params.get("python_path", "").split(":") if p]):
             if path not in sys.path:
                 sys.path.insert(0, path)
-        from transformers import AutoTokenizer  # noqa: PLC0415 - importable only once the paths are set
-
-        self.tokenizer = AutoTokenizer.from_pretrained(self.params["tokenizer_dir"])
+        self.tokenizer = load_tokenizer(self.params["tokenizer_dir"])  # transformers: only once the paths are set
