@@ -10,7 +10,7 @@ export PATH := $(BIN):$(PATH)
 # One scenario: make molecule SCENARIO=git_lfs
 SCENARIO ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help tools setup lock lint unit harness molecule fresh-test test lab bench registry-bench lab-down clean
+.PHONY: help tools setup test-setup lock lint unit harness molecule fresh-test test lab bench registry-bench lab-down clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -18,38 +18,51 @@ help:  ## list the targets
 tools:  ## the programs the targets run that a bare Debian 12 may lack (git-lfs, python3-venv, ...)
 	scripts/ensure-tools
 
-setup: tools $(VENV)/.toolchain  ## tools, and a virtualenv with the pinned toolchain (pyproject.toml + constraints.txt)
+setup: tools $(VENV)/.toolchain  ## tools, and a virtualenv with the pinned toolchain that make lab needs (pyproject.toml + constraints.txt)
+
+test-setup: setup $(VENV)/.tests  ## setup, and what the tests add: linters, pytest, Molecule, torch, transformers
+
+# One optional-dependencies list of pyproject.toml as a requirements file.
+extra = $(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["$(1)"]))' > $(VENV)/$(1).txt
+PIP_INSTALL = $(BIN)/pip install -q --disable-pip-version-check --progress-bar off
 
 $(VENV)/.toolchain: pyproject.toml constraints.txt | tools
+	@echo "setup: the toolchain (pyproject.toml's toolchain list, pinned by constraints.txt) into $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["toolchain"]))' > $(VENV)/toolchain.txt
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -r $(VENV)/toolchain.txt
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .   # the ftfleet command
+	$(call extra,toolchain)
+	$(PIP_INSTALL) -c constraints.txt -r $(VENV)/toolchain.txt
+	$(PIP_INSTALL) --no-deps -e .   # the ftfleet command
+	touch $@
+
+$(VENV)/.tests: $(VENV)/.toolchain
+	@echo "setup: what the tests add (pyproject.toml's tests list) into $(VENV)"
+	$(call extra,tests)
+	$(PIP_INSTALL) -c constraints.txt -r $(VENV)/tests.txt
 	touch $@
 
 # Local version labels (torch's +cpu of a wheel on this machine's disk) are dropped: a pin must
 # resolve on the package index, where "torch==2.13.0" also matches a local "2.13.0+cpu" file.
-lock: setup  ## rewrite constraints.txt from the current virtualenv
+lock: test-setup  ## rewrite constraints.txt from the current virtualenv
 	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --all | grep -vE '^(pip|setuptools|wheel)==' | sed -E 's/^([^=]+==[^+]+)\+.*$$/\1/'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
-lint: setup  ## yamllint --strict, ansible-lint (production profile), ruff
+lint: test-setup  ## yamllint --strict, ansible-lint (production profile), ruff
 	yamllint --strict .
 	ansible-lint
 	ruff check .
 	ruff format --check .
 
-unit: setup  ## pytest: filter unit tests and playbook-level tests
+unit: test-setup  ## pytest: filter unit tests and playbook-level tests
 	pytest -m "not docker and not lab" -n 2 --dist loadfile --durations=20 --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
 
 harness: setup  ## a Docker engine and the locally built base image
 	scripts/ensure-docker
 	scripts/build-base-image
 
-molecule: harness  ## the tests that need Docker and every Molecule scenario (or SCENARIO=name), in two lanes
+molecule: harness test-setup  ## the tests that need Docker and every Molecule scenario (or SCENARIO=name), in two lanes
 	scripts/docker-tests $(SCENARIO)
 
-fresh-test: harness  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
+fresh-test: harness test-setup  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
 	pytest -m lab -p no:cacheprovider -s
 
 test: lint unit molecule fresh-test  ## everything a reviewer runs, in that order
@@ -60,7 +73,7 @@ lab: harness  ## bring up the local lab fleet and serve a tiny model (README)
 bench: lab  ## the lab, then the serving benchmark: each layer's latency and throughput (docs/performance.md)
 	ftfleet bench
 
-registry-bench: harness  ## the images and models stages on 1, 2 and 4 hosts, without and with a registry (docs/performance.md)
+registry-bench: harness test-setup  ## the images and models stages on 1, 2 and 4 hosts, without and with a registry (docs/performance.md)
 	$(BIN)/python scripts/registry-bench
 
 lab-down: setup  ## remove everything `make lab` created

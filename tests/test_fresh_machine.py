@@ -2,15 +2,18 @@
 
 A fresh Debian 12 container (the harness's base image: systemd, python3, sudo, nothing that the
 project's setup installs) stands in for a new machine of this kind. It gets what such a machine
-has and the project does not install: `make` (to type the command at all), pip's settings and
-the local wheel directory they point at (the CPU build of torch), and this machine's CA bundle.
+has and the project does not install: `make` (to type the command at all), this machine's CA
+bundle, and what a user's network gives pip: the package index's URL and the certificate to
+reach it (PIP_INDEX_URL, PIP_CERT), never a local wheel directory, an extra index or a
+constraint file of this machine (a pin that only a local file satisfies must fail here).
 A clean `git clone` of HEAD goes into it, and `make lab` runs there verbatim. So every program
 the lab needs (git-lfs, python3-venv, debootstrap, Docker, ...) must come from the project's own
 setup: a missing install step fails here, whatever this machine has.
 
-Then, inside it: the printed completion (asked through HAProxy and the gateways with the OpenAI
-API) must be words and equal what transformers' generate() makes of the same model and prompt; a
-second `make lab` changes nothing and takes under two minutes; a one-host change drains, restarts
+Then, inside it: `make lab` installs neither torch nor transformers; the printed completion (asked
+through HAProxy and the gateways with the OpenAI API) must be words and equal what transformers'
+generate() makes of the same model and prompt (compared here, outside); a second `make lab`
+changes nothing and takes under two minutes; a one-host change drains, restarts
 and returns exactly that host; the front wants a key and streams the same text; a rollout over
 both hosts under load drops no request; check mode previews a GPU change on one host without
 changing it; `make lab-down` leaves no lab container and no lab sources. Hosts inside are reached through `docker exec`,
@@ -39,19 +42,17 @@ PROJECT = "/root/ftfleet"
 SOURCES = "/var/tmp/ftfleet-lab"
 PROMPT = "Every role"  # scripts/lab's default prompt
 TOKENS = 16
-# What a new machine of this kind has and the project does not install: pip's settings (its
-# local wheel directory holds the CPU build of torch) and the directories they name.
-PIP_SETTINGS = ("PIP_FIND_LINKS", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
+PYPI = "https://pypi.org/simple"
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # the harness mounts this machine's bundle there
 
 
 def machine() -> dict:
-    env = {k: os.environ[k] for k in PIP_SETTINGS if os.environ.get(k)}
-    dirs = {d for d in env.get("PIP_FIND_LINKS", "").split() if d.startswith("/") and Path(d).is_dir()}
+    """The fresh machine's platform: pip gets the index's URL and the certificate, nothing else."""
+    env = {"PIP_INDEX_URL": os.environ.get("PIP_INDEX_URL") or PYPI, "PIP_CERT": CA_BUNDLE}
     platform = {
         "name": FRESH,
         "labels": {"ftfleet.docker-in-docker": "true", "ftfleet.fresh-machine": "true"},
         "env": env,
-        "volumes": [f"{d}:{d}:ro" for d in sorted(dirs)],
     }
     return {"molecule_yml": {"platforms": [platform]}}
 
@@ -139,6 +140,9 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     print(f"first make lab on the fresh machine: {took:.0f} s")
     assert first.returncode == 0, out[-8000:]
     assert took < 25 * 60, f"make lab took {took:.0f} s"
+    heavy, _ = inside(".venv/bin/python -c 'import importlib.util as u; print([m for m in (\"torch\", "
+                      "\"transformers\") if u.find_spec(m)])'")  # fmt: skip
+    assert heavy.stdout.strip() == "[]", f"make lab installed {heavy.stdout.strip()} ({heavy.stderr})"
     # make lab runs `ftfleet apply`: its report, counted from ansible-runner's events.
     applied = report("apply")
     assert applied["result"] == "ok", applied
