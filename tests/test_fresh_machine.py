@@ -216,13 +216,23 @@ with httpx.stream("POST", url, json={**body, "stream": True}, headers=auth, time
     events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
 out["chunks"] = [json.loads(e)["choices"][0]["text"] for e in events[:-1]]
 out["done"] = events[-1]
+from openai import OpenAI
+client = OpenAI(base_url="http://127.0.0.1:18500/v1", api_key="KEY", max_retries=0)
+asked = {"model": "tiny-gpt2", "prompt": "Every role", "max_tokens": 12, "temperature": 0}
+out["openai"] = client.completions.create(**asked).choices[0].text
+scored = client.completions.create(**asked, logprobs=1).choices[0]
+out["logprobs"] = {"text": scored.text, "tokens": scored.logprobs.tokens, "values": scored.logprobs.token_logprobs}
+out["beams"] = [c.text for c in client.completions.create(**asked, n=2, best_of=3).choices]
+out["echo"] = client.completions.create(**asked, echo=True).choices[0].text
+out["penalised"] = client.completions.create(**asked, extra_body={"repetition_penalty": 1.5}).choices[0].text
 print(json.dumps(out))
 """.replace("KEY", KEY)
 
 
 def the_front_wants_a_key_and_streams_the_same_text() -> None:
     """Through HAProxy on 127.0.0.1:18500: no key or a wrong key is a 401, a bad request a 400,
-    and a streamed completion is the same text as the whole one."""
+    a streamed completion is the same text as the whole one, and the openai client gets what
+    FT adds (logprobs, n/best_of, echo, repetition_penalty)."""
     done, _ = inside(".venv/bin/python -c " + shlex.quote(FRONT_CHECK))
     assert done.returncode == 0, done.stdout + done.stderr
     front = json.loads(done.stdout)
@@ -231,6 +241,17 @@ def the_front_wants_a_key_and_streams_the_same_text() -> None:
     assert "".join(front["chunks"]) == front["text"]
     assert len([c for c in front["chunks"] if c]) >= 5, front  # decoupled: one chunk per token or so
     assert front["done"] == "[DONE]"
+    # the openai client, with what FT adds: log probabilities, beam search (n of best_of), echo,
+    # repetition_penalty
+    assert front["openai"] == front["text"]
+    scored = front["logprobs"]
+    assert scored["text"] == front["text"]
+    assert "".join(scored["tokens"]) == scored["text"]
+    assert all(v <= 0 for v in scored["values"]), scored
+    assert any(v < 0 for v in scored["values"]), scored  # full log probabilities, not FT's greedy 0s
+    assert len(front["beams"]) == 2
+    assert front["echo"] == "Every role" + front["text"]
+    assert front["penalised"], front  # answered (tests/test_gateway.py checks the penalty's effect)
 
 
 def a_rollout_over_both_hosts_under_load_drops_no_request() -> None:
