@@ -27,7 +27,7 @@ extra = $(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproje
 PIP_INSTALL = $(BIN)/pip install -q --disable-pip-version-check --progress-bar off
 
 $(VENV)/.toolchain: pyproject.toml constraints.txt | tools
-	@echo "setup: the toolchain (pyproject.toml's toolchain list, pinned by constraints.txt) into $(VENV)"
+	@echo "$$(date +%T) setup: the toolchain (pyproject.toml's toolchain list, pinned by constraints.txt) into $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	$(call extra,toolchain)
 	$(PIP_INSTALL) -c constraints.txt -r $(VENV)/toolchain.txt
@@ -35,7 +35,7 @@ $(VENV)/.toolchain: pyproject.toml constraints.txt | tools
 	touch $@
 
 $(VENV)/.tests: $(VENV)/.toolchain
-	@echo "setup: what the tests add (pyproject.toml's tests list) into $(VENV)"
+	@echo "$$(date +%T) setup: what the tests add (pyproject.toml's tests list) into $(VENV)"
 	$(call extra,tests)
 	$(PIP_INSTALL) -c constraints.txt -r $(VENV)/tests.txt
 	touch $@

@@ -76,6 +76,11 @@ def ftfleet(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess
     return inside(" ".join([".venv/bin/ftfleet", *map(shlex.quote, args)]), timeout=timeout)
 
 
+def progress(out: str) -> str:
+    """make lab's progress lines (each starts with the clock): where its time went."""
+    return "\n".join(line for line in out.splitlines() if re.match(r"\d\d:\d\d:\d\d ", line))
+
+
 def completion(out: str) -> str:
     """The line `make lab` prints after its 'completion through the ensemble' heading."""
     lines = out.splitlines()
@@ -137,7 +142,7 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     corpus = fresh
     first, took = inside("make lab", timeout=2400)
     out = first.stdout + first.stderr
-    print(f"first make lab on the fresh machine: {took:.0f} s")
+    print(f"first make lab on the fresh machine: {took:.0f} s\n{progress(out)}")
     assert first.returncode == 0, out[-8000:]
     assert took < 25 * 60, f"make lab took {took:.0f} s"
     heavy, _ = inside(".venv/bin/python -c 'import importlib.util as u; print([m for m in (\"torch\", "
@@ -162,7 +167,7 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
 
     second, took = inside("make lab", timeout=900)
     out = second.stdout + second.stderr
-    print(f"second make lab: {took:.0f} s")
+    print(f"second make lab: {took:.0f} s\n{progress(out)}")
     assert second.returncode == 0, out[-8000:]
     again = report("apply")
     assert again["run_dir"] != applied["run_dir"]
