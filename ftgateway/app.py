@@ -87,6 +87,10 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
     ("logprobs", lambda r: r.logprobs is not None and r.stream, "logprobs come with whole answers: stream false"),
     ("logprobs", lambda r: r.logprobs is not None and r.echo, "FT does not score the prompt's tokens: logprobs "
      "cannot be combined with echo"),
+    ("stream_options", lambda r: r.stream_options is not None and not r.stream,
+     "stream_options is only allowed with stream true"),
+    ("stream_options", lambda r: bool(set(r.stream_options or {}) - {"include_usage"}),
+     "stream_options takes only include_usage"),
     ("suffix", lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
     ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
@@ -316,9 +320,12 @@ class Gateway:
         return result
 
     def stream(self, body: CompletionRequest, first: tuple[str, Result | None], rest, decoupled: bool, began: float):
-        """Server-sent events in OpenAI's chunk shape; usage in the last chunk; then [DONE]."""
+        """Server-sent events in OpenAI's chunk shape, then [DONE]. With stream_options.include_usage,
+        as OpenAI specifies it: every chunk carries "usage": null, and one more chunk before [DONE]
+        has no choices and the usage."""
         ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        extra = {} if decoupled else {"ftfleet_streaming": BUFFERED}
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        extra = ({} if decoupled else {"ftfleet_streaming": BUFFERED}) | ({"usage": None} if include_usage else {})
 
         async def events():
             status, item, seen_text, held = "200", first, False, ""
@@ -335,7 +342,10 @@ class Gateway:
                         yield _event(completion_chunk(ident, created, self.settings.model, delta, None, **extra))
                     if result is not None:
                         yield _event(completion_chunk(ident, created, self.settings.model, "", result.finish_reason,
-                                                      usage=usage(result)))  # fmt: skip
+                                                      **extra))  # fmt: skip
+                        if include_usage:
+                            last = completion_chunk(ident, created, self.settings.model, "", None)
+                            yield _event({**last, "choices": [], "usage": usage(result)})
                         break
                     item = await anext(rest)
             except ApiError as err:  # after the first chunk: an error event in OpenAI's shape

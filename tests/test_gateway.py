@@ -156,7 +156,13 @@ def test_streaming_returns_the_same_text_in_chunks(front):
     texts = [c["choices"][0]["text"] for c in chunks if c["choices"][0]["text"]]
     assert "".join(texts) == whole
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
-    assert chunks[-1]["usage"]["completion_tokens"] == 10
+    assert all("usage" not in c for c in chunks)  # only when asked (stream_options.include_usage)
+    _, counted = front.stream(max_tokens=10, temperature=0, stream_options={"include_usage": True})
+    assert "".join(c["choices"][0]["text"] for c in counted[:-1]) == whole
+    assert all(c["usage"] is None for c in counted[:-1])
+    assert counted[-1]["choices"] == []
+    assert counted[-1]["usage"]["completion_tokens"] == 10
+    assert counted[-2]["choices"][0]["finish_reason"] == "length"
     if front.decoupled:
         # one response per generated token from the model: several chunks, none claiming otherwise
         assert response.headers["x-ftfleet-streaming"] == "tokens"
@@ -185,13 +191,19 @@ def test_sampling_parameters_reach_the_model(front):
 
 def test_repetition_penalty_reaches_the_model(front):
     """FT's repetition_penalty as an extra parameter (as vLLM and TGI accept it): the greedy
-    completion equals the stand-in's own decoding with that penalty, and differs without it."""
+    completion equals the stand-in's own decoding with that penalty, and differs without it.
+    40 tokens, so that the plain decoding repeats some (a penalty changes nothing otherwise); the
+    penalty is the first of a few that changes this random model's decoding (the tiny model's
+    tokenizer learns from the docs, so its tokens change with them)."""
     model, ids = load(front.shards), front.tokenizer.encode(PROMPT)
-    eos = front.tokenizer.eos_token_id
-    penalised = front.complete(max_tokens=12, temperature=0, repetition_penalty=1.8)["choices"][0]["text"]
-    expected = model.generate(ids, 12, repetition_penalty=1.8, end_id=eos)
+    eos, new = front.tokenizer.eos_token_id, 40
+    plain = model.generate(ids, new, end_id=eos)
+    tried = {p: model.generate(ids, new, repetition_penalty=p, end_id=eos) for p in (1.8, 3.0, 6.0)}
+    penalty, expected = next((p, out) for p, out in tried.items() if out != plain)
+    penalised = front.complete(max_tokens=new, temperature=0, repetition_penalty=penalty)["choices"][0]["text"]
     assert PROMPT + penalised == front.tokenizer.decode(ids + expected)
-    assert penalised != front.complete(max_tokens=12, temperature=0)["choices"][0]["text"]
+    assert PROMPT + front.complete(max_tokens=new, temperature=0)["choices"][0]["text"] == front.tokenizer.decode(
+        ids + plain)  # fmt: skip
 
 
 def test_best_of_and_n_are_ft_beam_search(front):
@@ -335,6 +347,18 @@ def test_keys_are_required_and_rate_limited(front):
         ({"model": MODEL, "prompt": "x", "logprobs": 2, "temperature": 0}, 400, "logprobs", "chosen token's"),
         ({"model": MODEL, "prompt": "x", "logprobs": 1, "temperature": 0.5}, 400, "logprobs", "greedy"),
         ({"model": MODEL, "prompt": "x", "logprobs": 6}, 400, "logprobs", "between 0 and 5"),
+        (
+            {"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}},
+            400,
+            "stream_options",
+            "only allowed with stream true",
+        ),
+        (
+            {"model": MODEL, "prompt": "x", "stream": True, "stream_options": {"include_obfuscation": True}},
+            400,
+            "stream_options",
+            "only include_usage",
+        ),
         ({"model": MODEL, "prompt": "x", "logprobs": 0, "stream": True}, 400, "logprobs", "stream false"),
         ({"model": MODEL, "prompt": "x", "logprobs": 0, "echo": True}, 400, "logprobs", "prompt's tokens"),
         ({"model": MODEL, "prompt": "x", "repetition_penalty": 0}, 400, "repetition_penalty", "above 0"),
