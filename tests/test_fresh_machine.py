@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_playbook
+from tritonlocal import greedy_completion
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -94,13 +95,7 @@ def reference(tmp_path: Path) -> str:
     checkout = tmp_path / "tiny-gpt2"
     env = {**os.environ, "HOME": str(tmp_path)}
     subprocess.run(["git", "clone", "-q", f"file://{tmp_path}/bare.git", str(checkout)], env=env, check=True)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(checkout)
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkout).eval()
-    ids = tokenizer.encode(PROMPT)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=TOKENS, do_sample=False,
-                             pad_token_id=tokenizer.eos_token_id)[0].tolist()  # fmt: skip
-    return tokenizer.decode(out)
+    return greedy_completion(checkout, PROMPT, TOKENS)
 
 
 def assert_words(text: str, corpus: str) -> None:

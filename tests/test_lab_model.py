@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from tritonlocal import greedy_completion
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -26,13 +27,7 @@ PROMPT, TOKENS = "Every role", 16  # scripts/lab's prompt and length
 
 
 def completion(checkpoint: Path) -> str:
-    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
-    ids = tokenizer.encode(PROMPT)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=TOKENS, do_sample=False,
-                             pad_token_id=tokenizer.eos_token_id)[0].tolist()  # fmt: skip
-    return tokenizer.decode(out)
+    return greedy_completion(checkpoint, PROMPT, TOKENS)
 
 
 def test_the_regenerated_lab_model_writes_the_same_completion(tmp_path):

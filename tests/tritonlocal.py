@@ -62,6 +62,20 @@ def tiny_model(family: str, checkpoint: Path):
     return tokenizer, model
 
 
+def greedy_completion(checkpoint: Path, prompt: str, tokens: int) -> str:
+    """transformers' greedy generate() on a saved checkpoint: the prompt and what follows it."""
+    import torch  # noqa: PLC0415 - heavy; only the tests that compare with transformers load them
+    import transformers  # noqa: PLC0415
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    ids = tokenizer.encode(prompt)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=tokens, do_sample=False,
+                             pad_token_id=tokenizer.eos_token_id)[0].tolist()  # fmt: skip
+    return tokenizer.decode(out)
+
+
 @dataclass
 class Server:
     http: int
