@@ -68,8 +68,9 @@ fresh-test: harness test-setup  ## `make lab` in a clean clone of HEAD on a fres
 test: lint unit molecule fresh-test  ## everything a reviewer runs, in that order
 
 # The toolchain's pip and the base image's debootstrap at once (neither needs the other; both
-# need the tools first): on a fresh machine that overlaps about 50 s of each.
-lab: tools  ## bring up the local lab fleet and serve a tiny model (README)
+# need the tools, which the sub-make runs once first): on a fresh machine that overlaps about
+# 50 s of each.
+lab:  ## bring up the local lab fleet and serve a tiny model (README)
 	$(MAKE) --no-print-directory -j2 setup harness
 	scripts/lab up
 
