@@ -73,6 +73,26 @@ def model_context_length(config: Any, fallback: Any) -> int:
     return fallback
 
 
+def gateway_tls_file_problems(stats: Any, user: Any, key_path: Any) -> list[str]:
+    """From the stat results of the certificate and key: what the gateway's user cannot read,
+    and a key that every user can."""
+    if not isinstance(stats, list) or not all(isinstance(s, Mapping) for s in stats):
+        raise AnsibleFilterError("gateway_tls_file_problems: expected a list of stat results")
+    problems = []
+    for st in stats:
+        path = st.get("path", "?")
+        readable = ((st.get("pw_name") == user and st.get("rusr")) or (st.get("gr_name") == user and st.get("rgrp"))
+                    or st.get("roth"))  # fmt: skip
+        if not readable:
+            problems.append(f"{path} ({st.get('pw_name')}:{st.get('gr_name')} {st.get('mode')}): the gateway's "
+                            f"user {user} cannot read it; fix: chgrp {user} {path}; chmod 0640 {path}")  # fmt: skip
+        if path == key_path and st.get("roth"):
+            problems.append(f"{path}: the private key is readable by every user of the host; fix: chmod 0640 {path} "
+                            f"(group {user})")  # fmt: skip
+    return problems
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"gateway_key_records": gateway_key_records, "model_context_length": model_context_length}
+        return {"gateway_key_records": gateway_key_records, "model_context_length": model_context_length,
+                "gateway_tls_file_problems": gateway_tls_file_problems}  # fmt: skip

@@ -11,6 +11,12 @@ description:
     lb_member_address, or <ansible_host or the host's name>:<gateway_port or 8080>.
   - Each model gets the port named in ports, or base_port plus its index among the served models
     in sorted order. Refuses two models on one port and a port out of range.
+  - A server whose host sets gateway_tls_cert is marked tls, with the name HAProxy verifies in its
+    certificate (gateway_tls_name, else the host's inventory name).
+  - load_balancer_problems takes a load balancer's variables and the backends, and returns what
+    preflight refuses (TLS half configured, plain HTTP on a network without
+    load_balancer_allow_plaintext, certificates that do not parse, match or have expired).
+  - tls_certificate_facts reads a PEM certificate: subject, names, notAfter, days left.
 options:
   _input:
     description: Host names.
@@ -36,11 +42,16 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: "[{model, backend, port, servers: [{name, address}]}], sorted by model."
+  description: >-
+    "[{model, backend, port, servers: [{name, address, tls, tls_name}]}], sorted by model"
+    (load_balancer_backends); a list of problems (load_balancer_problems); a dict
+    (tls_certificate_facts).
   type: list
   elements: dict
 """
 
+import datetime
+import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,7 +71,9 @@ def load_balancer_backends(hosts: Any, hostvars: Any, ports: Any = None, base_po
         if not isinstance(model, Mapping) or not model.get("name"):
             continue
         address = v.get("lb_member_address") or f"{v.get('ansible_host') or host}:{v.get('gateway_port') or 8080}"
-        members.setdefault(str(model["name"]), []).append({"name": str(host), "address": str(address)})
+        members.setdefault(str(model["name"]), []).append(
+            {"name": str(host), "address": str(address), "tls": bool(v.get("gateway_tls_cert")),
+             "tls_name": str(v.get("gateway_tls_name") or host)})  # fmt: skip
     backends, taken = [], {}
     for index, model in enumerate(sorted(members)):
         port = ports.get(model, base_port + index)
@@ -77,6 +90,120 @@ def load_balancer_backends(hosts: Any, hostvars: Any, ports: Any = None, base_po
     return backends
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _pem_certificates(text: Any) -> list[Any]:
+    """The certificates of a PEM text (cryptography comes with ansible-core); ValueError if none."""
+    from cryptography import x509  # noqa: PLC0415 - only where TLS is configured
+
+    if not isinstance(text, str) or "-----BEGIN CERTIFICATE-----" not in text:
+        raise ValueError("not a PEM certificate (-----BEGIN CERTIFICATE-----)")
+    return x509.load_pem_x509_certificates(text.encode())
+
+
+def _not_after(cert: Any) -> datetime.datetime:
+    return cert.not_valid_after_utc
+
+
+def tls_certificate_facts(text: Any, now: Any = None) -> dict[str, Any]:
+    """Subject, DNS/IP names, notAfter and whole days left of the first certificate of a PEM text."""
+    from cryptography import x509  # noqa: PLC0415
+
+    try:
+        cert = _pem_certificates(text)[0]
+    except ValueError as err:
+        raise AnsibleFilterError(f"tls_certificate_facts: {err}") from err
+    moment = now if isinstance(now, datetime.datetime) else datetime.datetime.now(datetime.UTC)
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = [str(n) for n in san.get_values_for_type(x509.DNSName)]
+        names += [str(n) for n in san.get_values_for_type(x509.IPAddress)]
+    except x509.ExtensionNotFound:
+        names = []
+    return {"subject": cert.subject.rfc4514_string(), "names": names,
+            "not_after": _not_after(cert).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "days_left": int((_not_after(cert) - moment).total_seconds() // 86400)}  # fmt: skip
+
+
+def _certificate_problems(name: str, text: str, key_name: str = "", key: str = "") -> list[str]:
+    """A PEM certificate (chain) that parses and has not expired, and, given a key, is its pair."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
+    try:
+        chain = _pem_certificates(text)
+    except ValueError as err:
+        return [f"{name}: {err}; fix: the certificate's PEM text (its chain after it)"]
+    problems, now = [], datetime.datetime.now(datetime.UTC)
+    if _not_after(chain[0]) <= now:
+        problems.append(f"{name}: expired on {_not_after(chain[0]):%Y-%m-%d}; fix: a renewed certificate")
+    if not key_name:
+        return problems
+    try:
+        private = serialization.load_pem_private_key(key.encode(), password=None)
+    except (ValueError, TypeError) as err:
+        # Never the key's text in a message: what is wrong with it, in words.
+        reason = "it is encrypted" if "encrypted" in str(err).lower() or isinstance(err, TypeError) else "no PEM key"
+        return [*problems, f"{key_name}: not an unencrypted PEM private key ({reason}); fix: the key's PEM text, "
+                           "without a passphrase, from the vault"]  # fmt: skip
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    if private.public_key().public_bytes(serialization.Encoding.DER, spki) != chain[0].public_key().public_bytes(
+        serialization.Encoding.DER, spki
+    ):
+        problems.append(f"{key_name}: not the key of {name} (their public keys differ); fix: the pair issued together")
+    return problems
+
+
+def load_balancer_problems(lb: Any, backends: Any) -> list[str]:
+    """What a load balancer must not serve with: TLS half configured, keys in clear on a network."""
+    if not isinstance(lb, Mapping) or not isinstance(backends, list):
+        raise AnsibleFilterError("load_balancer_problems: expected the load balancer's variables and the backends")
+    cert, key = lb.get("load_balancer_tls_certificate") or "", lb.get("load_balancer_tls_key") or ""
+    ca, plain_ok = lb.get("load_balancer_gateway_ca") or "", str(lb.get("load_balancer_allow_plaintext")) == "True"
+    bind = str(lb.get("load_balancer_bind_address", "0.0.0.0"))
+    problems = []
+    if bool(cert) != bool(key):
+        problems.append("load_balancer_tls_certificate and load_balancer_tls_key: set both (the certificate from "
+                        "the inventory, its key from the vault) or neither")  # fmt: skip
+    elif cert:
+        problems += _certificate_problems("load_balancer_tls_certificate", cert, "load_balancer_tls_key", key)
+    elif not _loopback(bind) and not plain_ok:
+        problems.append(f"load_balancer_bind_address={bind}: plain HTTP on a network carries every API key and "
+                        "prompt in clear; fix: load_balancer_tls_certificate and load_balancer_tls_key "
+                        "(docs/serving-front.md: TLS), or load_balancer_allow_plaintext: true on purpose")  # fmt: skip
+    if ca:
+        problems += _certificate_problems("load_balancer_gateway_ca", ca)
+    for backend in backends:
+        for server in backend.get("servers") or []:
+            where = f"{server['name']} ({backend['model']})"
+            if server.get("tls") and not ca:
+                problems.append(f"{where} serves HTTPS (gateway_tls_cert) but load_balancer_gateway_ca is empty: "
+                                "HAProxy could not verify it; fix: the CA that issued the gateways' "
+                                "certificates in load_balancer_gateway_ca")  # fmt: skip
+            if server.get("tls") and not cert and not plain_ok:
+                problems.append(f"{where} serves HTTPS but the load balancer's frontends are plain HTTP, so keys "
+                                "reach HAProxy in clear; fix: load_balancer_tls_certificate and "
+                                "load_balancer_tls_key")  # fmt: skip
+            if not server.get("tls") and ca:
+                problems.append(f"{where} serves plain HTTP but load_balancer_gateway_ca is set: HAProxy would "
+                                "speak TLS to it and find it down; fix: gateway_tls_cert and gateway_tls_key on "
+                                "that host, or remove load_balancer_gateway_ca")  # fmt: skip
+            host = str(server["address"]).rsplit(":", 1)[0]
+            if not server.get("tls") and cert and not _loopback(host) and not plain_ok:
+                problems.append(f"{where}: HAProxy forwards to {server['address']} in plain HTTP, so every key "
+                                "crosses that network in clear; fix: gateway_tls_cert and gateway_tls_key on the "
+                                "host and load_balancer_gateway_ca, or load_balancer_allow_plaintext: true on "
+                                "purpose")  # fmt: skip
+    return problems
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"load_balancer_backends": load_balancer_backends}
+        return {"load_balancer_backends": load_balancer_backends, "load_balancer_problems": load_balancer_problems,
+                "tls_certificate_facts": tls_certificate_facts}  # fmt: skip

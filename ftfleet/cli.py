@@ -153,6 +153,9 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+TLS_RENEW_DAYS = 30  # a certificate with fewer days left is shown as one to renew
+
+
 def status_table(run_dir: Path) -> tuple[Table, list[dict[str, Any]]]:
     """The fleet_status_report facts the status play published, from the run's events."""
     rows = []
@@ -162,15 +165,27 @@ def status_table(run_dir: Path) -> tuple[Table, list[dict[str, Any]]]:
         if event.get("event") == "runner_on_ok" and "fleet_status_report" in facts:
             rows.append({"host": event["event_data"]["host"], **facts["fleet_status_report"]})
     table = Table(title="Fleet status", title_justify="left")
-    for column in ("host", "model", "commit", "tp", "GPUs", "image", "unit", "health", "req/s", "latency ms"):
+    for column in ("host", "model", "commit", "tp", "GPUs", "image", "unit", "health", "req/s", "latency ms",
+                   "TLS days"):  # fmt: skip
         table.add_column(column)
     for row in sorted(rows, key=lambda r: r["host"]):
+        unit = f"{row['unit']}/{row.get('enabled', '')}" if row.get("unit") else ""
         table.add_row(row["host"], row.get("model", ""), (row.get("commit") or "")[:12], str(row.get("tp", "")),
-                      ",".join(map(str, row.get("gpus") or [])), row.get("image", ""),
-                      f"{row.get('unit', '')}/{row.get('enabled', '')}", row.get("health", ""),
+                      ",".join(map(str, row.get("gpus") or [])), row.get("image", ""), unit, row.get("health", ""),
                       "-" if row.get("requests_per_second") is None else str(row["requests_per_second"]),
-                      "-" if row.get("latency_ms") is None else str(row["latency_ms"]))  # fmt: skip
+                      "-" if row.get("latency_ms") is None else str(row["latency_ms"]),
+                      tls_days(row.get("tls_days_left")))  # fmt: skip
     return table, rows
+
+
+def tls_days(days: Any) -> str:
+    """A certificate's days left, marked when it is time to renew (under TLS_RENEW_DAYS)."""
+    if days is None or days == "":
+        return "-"
+    days = int(days)
+    if days < 0:
+        return f"[bold red]expired {-days} d ago[/]"
+    return f"[bold red]{days} (renew)[/]" if days < TLS_RENEW_DAYS else str(days)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -289,7 +289,10 @@ def status_shows_both_hosts_serving() -> None:
     done, _ = ftfleet("status", "--interval", "1")
     assert done.returncode == 0, done.stdout[-4000:]
     rows = {row["host"]: row for row in report("status")["status"]}
-    assert set(rows) == {"lab-node1", "lab-node2"}
+    assert set(rows) == {"lab-node1", "lab-node2", "lab-lb"}
+    # The lab's load balancer listens on loopback only, in plain HTTP: no certificate to count down.
+    assert (rows["lab-lb"]["model"], rows["lab-lb"]["health"], rows["lab-lb"]["tls_days_left"]) == (
+        "load balancer", "plain HTTP", None), rows["lab-lb"]  # fmt: skip
     for host, tp in (("lab-node1", 1), ("lab-node2", 2)):
         row = rows[host]
         assert (row["model"], row["tp"], row["unit"], row["health"]) == ("tiny-gpt2", tp, "active", "ready"), row

@@ -1,15 +1,21 @@
 """The serving front's filters: the gateway's inputs (keys, port, limits, TLS) as preflight reports
-them, the key records the hosts store, the model's context length, HAProxy's backends."""
+them, the key records the hosts store, the model's context length, HAProxy's backends and what
+preflight refuses of a load balancer's TLS settings."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from fleet_inputs import fleet_input_problems, gateway_problems
 from ft_families import AnsibleFilterError
-from gateway import gateway_key_records, model_context_length
-from load_balancer import load_balancer_backends
+from gateway import gateway_key_records, gateway_tls_file_problems, model_context_length
+from load_balancer import load_balancer_backends, load_balancer_problems, tls_certificate_facts
 from test_fleet_inputs import GOOD
 
 KEY = "ftf-0123456789abcdef"
@@ -97,11 +103,23 @@ HOSTVARS = {
 
 def test_one_backend_per_model_with_computed_and_given_ports():
     backends = load_balancer_backends(list(HOSTVARS), HOSTVARS, {"tiny": 18500}, 8090)
+    plain = {"tls": False}
     assert backends == [
-        {"model": "llama", "backend": "model_llama", "port": 8090, "servers": [{"name": "n3", "address": "n3:8080"}]},
+        {"model": "llama", "backend": "model_llama", "port": 8090,
+         "servers": [{"name": "n3", "address": "n3:8080", "tls_name": "n3", **plain}]},
         {"model": "tiny", "backend": "model_tiny", "port": 18500,
-         "servers": [{"name": "n1", "address": "127.0.0.1:18080"}, {"name": "n2", "address": "gpu-2.example:9090"}]},
+         "servers": [{"name": "n1", "address": "127.0.0.1:18080", "tls_name": "n1", **plain},
+                     {"name": "n2", "address": "gpu-2.example:9090", "tls_name": "n2", **plain}]},
     ]  # fmt: skip
+
+
+def test_a_gateway_with_a_certificate_is_a_tls_server_verified_by_its_name():
+    hosts = {
+        "n1": {"fleet_model": {"name": "tiny"}, "gateway_tls_cert": "/etc/ftfleet/tls/gateway.crt"},
+        "n2": {"fleet_model": {"name": "tiny"}, "gateway_tls_cert": "/c.crt", "gateway_tls_name": "gw2.example"},
+    }
+    servers = load_balancer_backends(list(hosts), hosts)[0]["servers"]
+    assert [(s["tls"], s["tls_name"]) for s in servers] == [(True, "n1"), (True, "gw2.example")]
 
 
 def test_two_models_on_one_port_are_refused():
@@ -109,3 +127,95 @@ def test_two_models_on_one_port_are_refused():
         load_balancer_backends(list(HOSTVARS), HOSTVARS, {"tiny": 8090}, 8090)
     with pytest.raises(AnsibleFilterError, match="not a port"):
         load_balancer_backends(list(HOSTVARS), HOSTVARS, {"tiny": 0}, 8090)
+
+
+def _pair(name: str, days: float = 30, issuer: tuple | None = None) -> tuple[str, str]:
+    """A certificate for DNS:name valid `days` from now (negative: expired), and its key, as PEM text."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    signer_name, signer_key = issuer or (subject, key)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(signer_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=2))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .sign(signer_key, hashes.SHA256()))  # fmt: skip
+    pem = serialization.PrivateFormat.PKCS8
+    return (cert.public_bytes(serialization.Encoding.PEM).decode(),
+            key.private_bytes(serialization.Encoding.PEM, pem, serialization.NoEncryption()).decode())  # fmt: skip
+
+
+CERT, KEY_PEM = _pair("lb.example")
+CA, _ = _pair("ca.example")
+TLS = {"load_balancer_tls_certificate": CERT, "load_balancer_tls_key": KEY_PEM, "load_balancer_bind_address": "0.0.0.0"}
+
+
+def _backends(tls: bool, address: str = "gpu-1.example:8080") -> list[dict]:
+    return [{"model": "m", "servers": [{"name": "gpu-1", "address": address, "tls": tls, "tls_name": "gpu-1"}]}]
+
+
+def test_tls_on_both_hops_passes():
+    assert load_balancer_problems({**TLS, "load_balancer_gateway_ca": CA}, _backends(True)) == []
+
+
+def test_the_lab_plain_on_loopback_passes():
+    lab = {"load_balancer_bind_address": "127.0.0.1"}
+    assert load_balancer_problems(lab, _backends(False, "127.0.0.1:18080")) == []
+
+
+@pytest.mark.parametrize(
+    ("lb", "tls", "address", "words"),
+    [
+        ({"load_balancer_bind_address": "0.0.0.0"}, False, "127.0.0.1:1",
+         "load_balancer_bind_address=0.0.0.0: plain HTTP on a network"),
+        ({"load_balancer_bind_address": "10.1.2.3"}, False, "127.0.0.1:1", "or load_balancer_allow_plaintext: true"),
+        ({**TLS, "load_balancer_tls_key": ""}, False, "127.0.0.1:1", "set both"),
+        ({**TLS}, True, "gpu:1", "load_balancer_gateway_ca is empty: HAProxy could not verify it"),
+        ({**TLS, "load_balancer_gateway_ca": CA}, False, "gpu:1", "serves plain HTTP but load_balancer_gateway_ca"),
+        ({**TLS}, False, "gpu-1.example:8080", "HAProxy forwards to gpu-1.example:8080 in plain HTTP"),
+        ({"load_balancer_bind_address": "127.0.0.1", "load_balancer_gateway_ca": CA}, True, "gpu:1",
+         "the load balancer's frontends are plain HTTP"),
+        ({**TLS, "load_balancer_tls_key": _pair("other")[1]}, False, "127.0.0.1:1",
+         "not the key of load_balancer_tls_certificate"),
+        ({**TLS, "load_balancer_tls_certificate": _pair("lb", days=-1)[0]}, False, "127.0.0.1:1", "expired on"),
+        ({**TLS, "load_balancer_tls_certificate": "-----BEGIN PRIVATE KEY-----"}, False, "127.0.0.1:1",
+         "not a PEM certificate"),
+        ({**TLS, "load_balancer_tls_key": "secret words"}, False, "127.0.0.1:1", "not an unencrypted PEM private key"),
+        ({**TLS, "load_balancer_gateway_ca": "nonsense"}, True, "gpu:1", "load_balancer_gateway_ca: not a PEM"),
+    ],
+)  # fmt: skip
+def test_half_configured_tls_and_plain_networks_are_refused_with_the_fix(lb, tls, address, words):
+    problems = load_balancer_problems(lb, _backends(tls, address))
+    assert any(words in p for p in problems), problems
+    assert not any("secret words" in p or "PRIVATE KEY-----\nM" in p for p in problems)  # never the key's text
+
+
+def test_plain_on_purpose_is_allowed():
+    lb = {"load_balancer_bind_address": "0.0.0.0", "load_balancer_allow_plaintext": True}
+    assert load_balancer_problems(lb, _backends(False)) == []
+    assert load_balancer_problems({**TLS, "load_balancer_allow_plaintext": True}, _backends(False)) == []
+
+
+def test_certificate_facts_count_the_days_left():
+    facts = tls_certificate_facts(_pair("lb.example", days=10.5)[0])
+    assert (facts["names"], facts["days_left"]) == (["lb.example"], 10)
+    assert facts["subject"] == "CN=lb.example"
+    with pytest.raises(AnsibleFilterError, match="not a PEM certificate"):
+        tls_certificate_facts("")
+
+
+def _stat(path: str, owner: str, group: str, mode: str) -> dict:
+    bits = int(mode, 8)
+    return {"path": path, "pw_name": owner, "gr_name": group, "mode": mode,
+            "rusr": bool(bits & 0o400), "rgrp": bool(bits & 0o040), "roth": bool(bits & 0o004)}  # fmt: skip
+
+
+def test_the_gateways_user_must_read_its_tls_files_and_no_one_else_the_key():
+    good = [_stat("/c.crt", "root", "root", "0644"), _stat("/c.key", "root", "ftgateway", "0640")]
+    assert gateway_tls_file_problems(good, "ftgateway", "/c.key") == []
+    root_only = gateway_tls_file_problems([_stat("/c.key", "root", "root", "0600")], "ftgateway", "/c.key")
+    assert root_only == ["/c.key (root:root 0600): the gateway's user ftgateway cannot read it; "
+                         "fix: chgrp ftgateway /c.key; chmod 0640 /c.key"]  # fmt: skip
+    open_key = gateway_tls_file_problems([_stat("/c.key", "root", "root", "0644")], "ftgateway", "/c.key")
+    assert open_key == ["/c.key: the private key is readable by every user of the host; fix: chmod 0640 /c.key "
+                        "(group ftgateway)"]  # fmt: skip
