@@ -366,3 +366,35 @@ def test_the_example_production_inventory_passes_preflight_on_its_hardware(lab, 
         "preflight passed: kogpt (gptj, tp 8 x pp 1 on GPUs 0,1,2,3,4,5,6,7; weights bin, 12.22 GB)",
         "preflight passed: llama-7b (llama, tp 2 x pp 1 on GPUs 0,1; weights bin sharded, 13.37 GB)",
     ], out[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({}, None),
+        ({"load_balancer_gateway_ca": ""}, "gpu-a100-01.example.com (kogpt) serves HTTPS (gateway_tls_cert) but "
+                                           "load_balancer_gateway_ca is empty"),
+        ({"load_balancer_tls_certificate": "", "load_balancer_tls_key": "", "load_balancer_gateway_ca": "",
+          "gateway_tls_cert": "", "gateway_tls_key": ""},
+         "load_balancer_bind_address=0.0.0.0: plain HTTP on a network carries every API key"),
+        ({"load_balancer_tls_certificate": "", "load_balancer_tls_key": "", "load_balancer_gateway_ca": "",
+          "gateway_tls_cert": "", "gateway_tls_key": "", "load_balancer_allow_plaintext": True}, None),
+    ],
+    ids=["tls-both-hops", "no-gateway-ca", "plain-on-a-network", "plain-on-purpose"],
+)  # fmt: skip
+def test_the_load_balancers_preflight_refuses_keys_in_clear(tmp_path, extra, words):
+    """inventories/prod's load balancer (HTTPS, its key in the example vault, HTTPS gateways)
+    passes the lb_hosts preflight play; taking TLS away from one hop is refused with the fix,
+    unless load_balancer_allow_plaintext says so. Nothing is contacted: the play reads the inventory."""
+    password = tmp_path / "vault-password"
+    password.write_text("ftfleet-example\n")
+    result = run_playbook("playbooks/preflight.yml", "-i", "inventories/prod", "--limit", "lb_hosts",
+                          "--vault-password-file", password, "-e", json.dumps(extra))  # fmt: skip
+    out = " ".join((result.stdout + result.stderr).split())
+    if words is None:
+        assert result.returncode == 0, out[-3000:]
+        assert "lb-01.example.com : ok=2 changed=0 unreachable=0 failed=0" in out, out[-3000:]
+    else:
+        assert result.returncode != 0, out[-3000:]
+        assert words in out, out[-3000:]
+        assert "BEGIN PRIVATE KEY" not in out  # the key from the vault is never shown
