@@ -156,16 +156,31 @@ def _stop_list(stop: str | list[str] | None) -> list[str]:
     return stops
 
 
+# gRPC statuses of a tritonserver that is gone or restarting (refused connection, model not loaded
+# yet): nothing was generated, so the request may go to another host. HAProxy retries a 503.
+UNAVAILABLE = ("StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND")
+RETRY_AFTER_S = 1
+
+
+def triton_error(err: InferenceServerException) -> ApiError:
+    """503 with Retry-After when tritonserver is unavailable (retryable elsewhere), else 502."""
+    if str(err.status()) in UNAVAILABLE:
+        return ApiError(503, f"tritonserver unavailable: {err.message()}", kind="server_error", code="upstream_down",
+                        headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
+    return ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error")
+
+
 @contextmanager
 def _upstream():
-    """tritonserver's failures as the gateway's answers: 502 when it answered an error, 503 when
-    it could not be reached."""
+    """tritonserver's failures as the gateway's answers: 502 when it answered an error, 503 with
+    Retry-After when it could not be reached or has not loaded the models."""
     try:
         yield
     except InferenceServerException as err:
-        raise ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error") from err
+        raise triton_error(err) from err
     except (TimeoutError, OSError) as err:
-        raise ApiError(503, f"tritonserver unreachable: {err}", kind="server_error", code="upstream_down") from err
+        raise ApiError(503, f"tritonserver unreachable: {err}", kind="server_error", code="upstream_down",
+                       headers={"Retry-After": str(RETRY_AFTER_S)}) from err  # fmt: skip
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
@@ -458,7 +473,7 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
         try:
             decoupled = await gw.backend.decoupled()
         except InferenceServerException as err:
-            raise ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error") from err
+            raise triton_error(err) from err
         return gw.stream(body, first, rest, decoupled, began)
 
     @app.post("/generate")

@@ -419,8 +419,10 @@ def test_without_tritonserver_health_says_so_and_requests_get_a_server_error(tmp
         assert health.json()["status"] == "not ready"
         answer = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}, timeout=30,
                             headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
-        assert answer.status_code in (502, 503), answer.text
+        # Retryable: HAProxy sends it to another host (retry-on 503) and marks this one down.
+        assert (answer.status_code, answer.headers.get("retry-after")) == (503, "1"), answer.text
         assert answer.json()["error"]["type"] == "server_error"
+        assert answer.json()["error"]["code"] == "upstream_down"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
