@@ -202,3 +202,43 @@ def test_a_loops_diffs_are_kept_per_item(tmp_path):
     shown = [view.unified(entry) for entry in run.diffs]
     assert any("-a v1" in d and "+a v2" in d for d in shown), shown
     assert any("-b v1" in d and "+b v2" in d for d in shown), shown
+
+
+def test_status_shows_a_certificates_days_left_and_when_to_renew(tmp_path):
+    """ftfleet status's last column: fleet-status's days left of a real certificate (openssl, two
+    days), and the table's marks for one to renew or expired, read from the run's events as the
+    status play publishes them."""
+    import importlib.machinery  # noqa: PLC0415
+    import importlib.util  # noqa: PLC0415
+
+    from ftfleet import cli  # noqa: PLC0415
+
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-days", "2", "-subj", "/CN=gw", "-keyout", tmp_path / "gw.key", "-out", tmp_path / "gw.crt"],
+                   check=True, capture_output=True)  # fmt: skip
+    path = ROOT / "roles" / "fleet_status" / "files" / "fleet-status"
+    loader = importlib.machinery.SourceFileLoader("fleet_status_probe", str(path))
+    probe = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(probe)
+    assert probe.days_left(str(tmp_path / "gw.crt")) == 1  # 2 days less the seconds since issue
+    assert probe.days_left(str(tmp_path / "missing.crt")) is None
+
+    events = tmp_path / "artifacts" / "ansible" / "job_events"
+    events.mkdir(parents=True)
+    reports = {"gpu-1": {"model": "m", "unit": "active", "enabled": "enabled", "tls_days_left": 1},
+               "gpu-2": {"model": "m", "tls_days_left": 90}, "gpu-3": {"model": "m", "tls_days_left": None},
+               "lb-1": {"model": "load balancer", "health": "TLS", "tls_days_left": -3}}  # fmt: skip
+    for i, (host, report) in enumerate(reports.items()):
+        event = {"event": "runner_on_ok",
+                 "event_data": {"host": host, "res": {"ansible_facts": {"fleet_status_report": report}}}}  # fmt: skip
+        (events / f"{i}.json").write_text(json.dumps(event))
+    table, rows = cli.status_table(tmp_path)
+    assert [r["host"] for r in rows] == list(reports)
+    days = dict(zip(table.columns[0]._cells, table.columns[-1]._cells, strict=True))
+    assert days == {
+        "gpu-1": "[bold red]1 (renew)[/]",
+        "gpu-2": "90",
+        "gpu-3": "-",
+        "lb-1": "[bold red]expired 3 d ago[/]",
+    }
+    assert table.columns[-1].header == "TLS days"
