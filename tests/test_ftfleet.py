@@ -242,3 +242,21 @@ def test_status_shows_a_certificates_days_left_and_when_to_renew(tmp_path):
         "lb-1": "[bold red]expired 3 d ago[/]",
     }
     assert table.columns[-1].header == "TLS days"
+
+
+def test_the_status_play_reports_a_plain_load_balancer(tmp_path):
+    """playbooks/status.yml on an lb host whose HAProxy has no certificate (here: no HAProxy at
+    all, the runtime API answers nothing): the row says plain HTTP, no days."""
+    from conftest import run_playbook  # noqa: PLC0415
+
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"lb_hosts": {"hosts": {"lb-x": {
+        "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
+        "fleet_status_lb_socket": str(tmp_path / "no.sock")}}}}}}))  # fmt: skip
+    done = run_playbook("playbooks/status.yml", "-i", inventory, "-v", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    facts = [json.loads(line.split("=> ", 1)[1]) for line in done.stdout.splitlines()
+             if line.startswith("ok: [lb-x] => {") and "fleet_status_report" in line]  # fmt: skip
+    assert [f["ansible_facts"]["fleet_status_report"] for f in facts] == [
+        {"model": "load balancer", "health": "plain HTTP", "tls_days_left": None}], out[-3000:]  # fmt: skip
