@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import ansible_runner
-from conftest import BIN, ROOT
+from conftest import BIN, ROOT, run_playbook
 
 from ftfleet import view
 from ftfleet.events import Run, stage_of_play
@@ -247,8 +247,6 @@ def test_status_shows_a_certificates_days_left_and_when_to_renew(tmp_path):
 def test_the_status_play_reports_a_plain_load_balancer(tmp_path):
     """playbooks/status.yml on an lb host whose HAProxy has no certificate (here: no HAProxy at
     all, the runtime API answers nothing): the row says plain HTTP, no days."""
-    from conftest import run_playbook  # noqa: PLC0415
-
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"children": {"lb_hosts": {"hosts": {"lb-x": {
         "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
