@@ -162,11 +162,15 @@ UNAVAILABLE = ("StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND")
 RETRY_AFTER_S = 1
 
 
+def _upstream_down(message: str) -> ApiError:
+    return ApiError(503, message, kind="server_error", code="upstream_down",
+                    headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
+
+
 def triton_error(err: InferenceServerException) -> ApiError:
     """503 with Retry-After when tritonserver is unavailable (retryable elsewhere), else 502."""
     if str(err.status()) in UNAVAILABLE:
-        return ApiError(503, f"tritonserver unavailable: {err.message()}", kind="server_error", code="upstream_down",
-                        headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
+        return _upstream_down(f"tritonserver unavailable: {err.message()}")
     return ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error")
 
 
@@ -179,8 +183,7 @@ def _upstream():
     except InferenceServerException as err:
         raise triton_error(err) from err
     except (TimeoutError, OSError) as err:
-        raise ApiError(503, f"tritonserver unreachable: {err}", kind="server_error", code="upstream_down",
-                       headers={"Retry-After": str(RETRY_AFTER_S)}) from err  # fmt: skip
+        raise _upstream_down(f"tritonserver unreachable: {err}") from err
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
