@@ -89,7 +89,10 @@ def execute(
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
     kwargs: dict[str, Any] = {"private_data_dir": str(run_dir), "project_dir": str(ROOT), "playbook": playbook,
                               "cmdline": " ".join(map(_quote, words)), "quiet": True, "event_handler": run.handle,
-                              "envvars": env, "ident": "ansible"}  # fmt: skip
+                              "envvars": env, "ident": "ansible",
+                              # ansible.cfg's fact cache, kept between runs (ansible-runner would
+                              # start an empty one in each run's directory: facts gathered again)
+                              "fact_cache": str(ROOT / ".cache" / "facts")}  # fmt: skip
     if args.inventory:
         kwargs["inventory"] = str(Path(args.inventory).resolve())
     thread, runner = ansible_runner.run_async(**kwargs)

@@ -191,11 +191,14 @@ def one_hosts_batch_size_changes_exactly_its_config_unit_and_restart(stages: lis
     assert done.returncode == 0, done.stdout[-6000:]
     changed = report("apply")
     assert changed["changed"]["lab-node2"] == dict.fromkeys(stages, 0), changed["changed"]
-    # config.pbtxt, the unit, then the drain in HAProxy, the restart, and back into rotation
-    assert changed["changed"]["lab-node1"] == {**dict.fromkeys(stages, 0), "models": 1, "serve": 4}
+    # config.pbtxt, the unit and the restart recorded (every host prepared at once), then in the
+    # rollout the recorded restart: the drain in HAProxy, the restart, and back into rotation
+    assert changed["changed"]["lab-node1"] == {**dict.fromkeys(stages, 0), "models": 1, "serve": 6}
     assert [(c["role"], c["task"], c.get("handler", False)) for c in changed["changes"]] == [
         ("triton_model_repo", "Write the models' config.pbtxt", False),
         ("triton_server", "configure | Write triton-tiny-gpt2.service", False),
+        ("triton_server", "Record tritonserver's restart for the rollout", True),
+        ("triton_server", "service | Restart for the change recorded by the prepare phase or an earlier run", False),
         ("lb_member", "Drain this host in the load balancers", True),
         ("triton_server", "Restart tritonserver", True),
         ("lb_ready", "Put this host back on each load balancer, in model_tiny-gpt2", False),
