@@ -1,5 +1,6 @@
 """The HTTP API: OpenAI's /v1/completions and /v1/models, a simpler /generate, /healthz, /metrics."""
 
+import asyncio
 import json
 import secrets
 import time
@@ -186,6 +187,43 @@ def _upstream():
         raise _upstream_down(f"tritonserver unreachable: {err}") from err
 
 
+async def newest(items: AsyncIterator) -> AsyncIterator:
+    """Each item once the consumer is ready for it, or, when several arrived meanwhile, only the
+    newest of them. A decoupled model's steps each carry the whole sequence so far, so skipping
+    the older ones loses no text: a stream whose detokenizing is slower than the model (under
+    load) makes one postprocessing call for several tokens instead of one per token. The items
+    are read in a task of their own; leaving early cancels it (and with it the model's stream)."""
+    queue: asyncio.Queue = asyncio.Queue()
+    end = object()
+
+    async def pump() -> None:
+        try:
+            async for item in items:
+                queue.put_nowait((item, None))
+        except Exception as err:  # raised where the consumer reads
+            queue.put_nowait((end, err))
+            return
+        queue.put_nowait((end, None))
+
+    task = asyncio.create_task(pump())
+    try:
+        while True:
+            arrived = [await queue.get()]
+            while not queue.empty():
+                arrived.append(queue.get_nowait())
+            ready = [item for item, _err in arrived if item is not end]
+            if ready:
+                yield ready[-1]
+            item, err = arrived[-1]
+            if item is end:
+                if err is not None:
+                    raise err
+                return
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
     cuts = [text.find(s) for s in stops if s in text]
     return (text[: min(cuts)], True) if cuts else (text, False)
@@ -241,9 +279,12 @@ class Gateway:
             raise ApiError(400, "the prompt is empty", param="prompt")
         return params, _stop_list(body.stop), prompt
 
-    async def run(self, body: GenerateRequest) -> AsyncIterator[tuple[str, Result | None]]:
-        """Text deltas as the model produces them; the last item carries the Result."""
+    async def run(self, body: GenerateRequest, *, whole: bool = False) -> AsyncIterator[tuple[str, Result | None]]:
+        """Text deltas as the model produces them; the last item carries the Result. For a whole
+        answer without stop sequences (`whole`) only the last step is decoded: one postprocessing
+        call instead of one per step of a decoupled model."""
         params, stops, prompt = self.check(body)
+        last_only = whole and not stops
         with _upstream():
             tokens = await self._tokens(body, prompt, stops)
             echo = prompt if getattr(body, "echo", False) else ""  # OpenAI's echo: the prompt, then the completion
@@ -251,8 +292,13 @@ class Gateway:
                 yield echo, None
             sent, text, length, stopped = 0, "", tokens.count, False
             hold, last = max((len(s) for s in stops), default=1) - 1, None
-            async for step in self.backend.generate(tokens, body.max_tokens, params):
+            steps = self.backend.generate(tokens, body.max_tokens, params)
+            # Without stop sequences the steps may be coalesced (newest); with them every step is
+            # read, so that the tokens counted end at the step where the stop appeared.
+            async for step in steps if stops or last_only else newest(steps):
                 length, last = step.sequence_length, step
+                if last_only:
+                    continue
                 text, stopped = _cut_at_stop(await self._completion_text(tokens, step), stops)
                 # Send what can no longer change: not a partial UTF-8 character, not a possible stop's start.
                 safe = len(text) if stopped else max(sent, len(text.rstrip("\ufffd")) - hold)
@@ -261,6 +307,8 @@ class Gateway:
                     sent = safe
                 if stopped:
                     break
+            if last_only and last is not None:
+                text = await self._completion_text(tokens, last)
             logprobs = await self._logprobs(tokens, last, text, body) if params.log_probs and last else None
         completion = length - tokens.count
         self.metrics.tokens.labels("out").inc(completion)
@@ -305,8 +353,14 @@ class Gateway:
 
     async def _completion_text(self, tokens: Tokens, step) -> str:
         """The new text: the whole sequence decoded less the prompt's text (decoding the new ids
-        alone would drop a SentencePiece tokenizer's leading space)."""
-        full = await self.backend.detokenize(step.output_ids, step.sequence_length)
+        alone would drop a SentencePiece tokenizer's leading space). The prompt's text comes
+        with the first step's call (two prefixes of one sequence, one postprocessing call)."""
+        if tokens.text is None:
+            tokens.text, full = await self.backend.detokenize_prefixes(
+                step.output_ids, [tokens.count, step.sequence_length]
+            )
+        else:
+            full = await self.backend.detokenize(step.output_ids, step.sequence_length)
         if full.startswith(tokens.text):
             return full[len(tokens.text) :]
         return await self.backend.detokenize(step.output_ids[:, :, tokens.count :], step.sequence_length - tokens.count)
@@ -321,6 +375,7 @@ class Gateway:
                            kind="server_error", code="upstream_error")  # fmt: skip
         new = step.sequence_length - tokens.count
         fulls = await self.backend.detokenize_prefixes(step.output_ids, [tokens.count + k for k in range(new + 1)])
+        tokens.text = fulls[0] if tokens.text is None else tokens.text
         so_far = [f[len(tokens.text) :] if f.startswith(tokens.text) else f for f in fulls]
         offsets = [_common_prefix(part, text) for part in so_far]
         kept = [k for k in range(new) if offsets[k] < len(text) or (k == 0 and not text)]
@@ -332,7 +387,7 @@ class Gateway:
 
     async def result(self, body: GenerateRequest) -> Result:
         result = None
-        async for _delta, last in self.run(body):
+        async for _delta, last in self.run(body, whole=True):
             result = last
         assert result is not None  # run() ends with its Result
         return result

@@ -99,7 +99,9 @@ class Tokens:
     ids: np.ndarray  # [1, n] uint32
     count: int
     stop_ids: np.ndarray | None  # [1, 2, w] int32 (FT's stop_words_list) or None
-    text: str  # the prompt as the model's tokenizer decodes its ids
+    # The prompt as the model's tokenizer decodes its ids: filled by the first detokenization of
+    # a step (the same postprocessing call), not by a call of its own.
+    text: str | None = None
 
 
 @dataclass
@@ -113,7 +115,14 @@ class Triton:
     def __init__(self, url: str, timeout_s: float) -> None:
         self.url, self.timeout = url, timeout_s
         self._client: grpcclient.InferenceServerClient | None = None
+        # Read from tritonserver once and kept until a call fails or the health check finds it
+        # not ready: a restarted tritonserver may serve another repository (a decoupled model or
+        # not, another family's postprocessing inputs), and it is unavailable while it restarts.
         self._post_inputs: set[str] | None = None
+        self._decoupled: bool | None = None
+
+    def _forget(self) -> None:
+        self._post_inputs = self._decoupled = None
 
     @property
     def client(self) -> grpcclient.InferenceServerClient:
@@ -130,20 +139,25 @@ class Triton:
         """Ready when the server and the three models answer ready (what /healthz reports)."""
         try:
             if not await self.client.is_server_ready(client_timeout=5):
+                self._forget()
                 return False, "tritonserver is not ready"
             for model in MODELS:
                 if not await self.client.is_model_ready(model, client_timeout=5):
+                    self._forget()
                     return False, f"model {model} is not ready"
         except InferenceServerException as err:
+            self._forget()
             return False, f"tritonserver at {self.url}: {err.message()}"
         return True, "ready"
 
     async def decoupled(self) -> bool:
-        """Asked on every request (one local gRPC call): a restarted tritonserver may serve the
-        model in the other mode without the gateway restarting."""
-        config = await self.client.get_model_config("fastertransformer", as_json=True, client_timeout=10)
-        policy = config.get("config", {}).get("model_transaction_policy", {})
-        return bool(policy.get("decoupled", False))
+        """Whether the fastertransformer model streams (decoupled): read once, not per request;
+        forgotten with the other reads when tritonserver fails or restarts (_forget)."""
+        if self._decoupled is None:
+            config = await self.client.get_model_config("fastertransformer", as_json=True, client_timeout=10)
+            policy = config.get("config", {}).get("model_transaction_policy", {})
+            self._decoupled = bool(policy.get("decoupled", False))
+        return self._decoupled
 
     async def tokenize(self, prompt: str, stop: list[str], max_tokens: int) -> Tokens:
         inputs = [
@@ -152,16 +166,19 @@ class Triton:
             _tensor("BAD_WORDS_DICT", np.array([[b""]], dtype=object), "BYTES"),
             _tensor("STOP_WORDS_DICT", np.array([[",".join(stop).encode()]], dtype=object), "BYTES"),
         ]
-        result = await self.client.infer("preprocessing", inputs, client_timeout=self.timeout)
+        try:
+            result = await self.client.infer("preprocessing", inputs, client_timeout=self.timeout)
+        except InferenceServerException:
+            self._forget()
+            raise
         count = int(result.as_numpy("REQUEST_INPUT_LEN").reshape(-1)[0])
         ids = result.as_numpy("INPUT_ID")[:, :count].astype(np.uint32)
         stop_ids = result.as_numpy("STOP_WORDS_IDS").astype(np.int32) if stop else None
-        text = await self.detokenize(ids.reshape(1, 1, -1), count)
-        return Tokens(ids=ids, count=count, stop_ids=stop_ids, text=text)
+        return Tokens(ids=ids, count=count, stop_ids=stop_ids)
 
     async def _postprocessing_inputs(self) -> set[str]:
         """The postprocessing model's input names (they differ by family, as upstream's do), read
-        once; a failed call forgets them (a restarted tritonserver may serve another family)."""
+        once (see _forget)."""
         if self._post_inputs is None:
             config = await self.client.get_model_config("postprocessing", as_json=True, client_timeout=10)
             self._post_inputs = {i["name"] for i in config.get("config", {}).get("input", [])}
@@ -184,7 +201,7 @@ class Triton:
         try:
             result = await self.client.infer("postprocessing", inputs, client_timeout=self.timeout)
         except InferenceServerException:
-            self._post_inputs = None
+            self._forget()
             raise
         return [text.decode(errors="replace") for text in result.as_numpy("OUTPUT").reshape(-1)]
 
@@ -214,21 +231,25 @@ class Triton:
             decoupled = await self.decoupled()
         except InferenceServerException:
             decoupled = False  # the inference below reports what is wrong
-        if not decoupled:
-            yield await self.client.infer("fastertransformer", inputs, client_timeout=self.timeout)
-            return
-
-        async def requests():
-            yield {"model_name": "fastertransformer", "inputs": inputs, "enable_empty_final_response": True}
-
-        async for result, error in self.client.stream_infer(requests(), stream_timeout=self.timeout):
-            if error is not None:
-                raise error
-            final = result.get_response().parameters.get("triton_final_response")
-            if result.as_numpy("output_ids") is not None:
-                yield result
-            if final is not None and final.bool_param:
+        try:
+            if not decoupled:
+                yield await self.client.infer("fastertransformer", inputs, client_timeout=self.timeout)
                 return
+
+            async def requests():
+                yield {"model_name": "fastertransformer", "inputs": inputs, "enable_empty_final_response": True}
+
+            async for result, error in self.client.stream_infer(requests(), stream_timeout=self.timeout):
+                if error is not None:
+                    raise error
+                final = result.get_response().parameters.get("triton_final_response")
+                if result.as_numpy("output_ids") is not None:
+                    yield result
+                if final is not None and final.bool_param:
+                    return
+        except InferenceServerException:
+            self._forget()
+            raise
 
     async def search(self, tokens: Tokens, max_tokens: int, params: Sampling, beam_width: int) -> list[Step]:
         """FT's beam search: the beam_width beams, best first, from the model's last answer."""
