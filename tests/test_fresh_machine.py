@@ -139,7 +139,8 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     out = first.stdout + first.stderr
     print(f"first make lab on the fresh machine: {took:.0f} s\n{progress(out)}")
     assert first.returncode == 0, out[-8000:]
-    assert took < 25 * 60, f"make lab took {took:.0f} s"
+    # docs/testing.md: about 280 s on 2 cores (the goal is 300 s); the bound leaves room for a slower machine.
+    assert took < 400, f"make lab took {took:.0f} s"
     heavy, _ = inside(".venv/bin/python -c 'import importlib.util as u; print([m for m in (\"torch\", "
                       "\"transformers\") if u.find_spec(m)])'")  # fmt: skip
     assert heavy.stdout.strip() == "[]", f"make lab installed {heavy.stdout.strip()} ({heavy.stderr})"
@@ -170,7 +171,8 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
                  "lab-lb": {"preflight": 0, "serve": 0}}  # fmt: skip
     assert again["changed"] == unchanged, again
     assert completion(out) == served
-    assert took < 120, f"the second make lab took {took:.0f} s"
+    # docs/testing.md: about 55 s on 2 cores (the goal is 60 s); the bound leaves room for a slower machine.
+    assert took < 90, f"the second make lab took {took:.0f} s"
 
     one_hosts_batch_size_changes_exactly_its_config_unit_and_restart(stages)
     the_front_wants_a_key_and_streams_the_same_text()
