@@ -238,3 +238,27 @@ def test_a_good_config_has_no_shape_problem():
 
 def test_model_repo_problems_alone():
     assert triton_model_repo_problems({"triton_model_repo_int8_mode": 0}, {"family": "gptj"}) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({"fleet_triton_container_version": "23.04"}, True),  # the LLaMA guide's release: no final flag yet
+        ({"fleet_triton_container_version": "22.04"}, True),
+        ({"fleet_triton_container_version": "23.06"}, False),  # the first release that sends it
+        ({"fleet_triton_container_version": "23.10"}, False),
+        ({"fleet_triton_container_version": "23.04", "fleet_gateway": False}, False),  # clients of Triton itself
+        ({"fleet_triton_container_version": "23.04", "triton_model_repo_decoupled": False}, False),
+        ({"fleet_triton_container_version": "23.04", "triton_image_archive": "/var/tmp/triton.tar"}, False),
+    ],
+)
+def test_a_decoupled_model_behind_the_gateway_needs_tritons_final_response_flag(change, refused):
+    values = {**GOOD, "fleet_gateway": True, "triton_model_repo_decoupled": True, **change}
+    version = values["fleet_ft_container_version"] = values["fleet_triton_container_version"]
+    problems = [p for p in fleet_input_problems(values, A100) if "triton_final_response" in p]
+    assert bool(problems) == refused, problems
+    if refused:
+        assert problems[0].startswith(f"triton_model_repo_decoupled with fleet_triton_container_version={version}")
+        assert (
+            "fix: fleet_triton_container_version 23.06 or later, or triton_model_repo_decoupled: false" in problems[0]
+        )
