@@ -368,6 +368,23 @@ def decoupled_problems(v: Mapping[str, Any]) -> list[str]:
     ]
 
 
+CHAT_TEMPLATES = "roles/gateway/files/chat-templates"
+
+
+def _chat_template_problems(name: Any) -> list[str]:
+    """gateway_chat_template: empty (the model's own), a template the project ships, or an
+    absolute path on the controller."""
+    if not isinstance(name, str):
+        return [f"gateway_chat_template={_show(name)}: must be a template's name or a path"]
+    shipped = sorted(p.stem for p in (PROJECT / CHAT_TEMPLATES).glob("*.jinja"))
+    if not name or (name.startswith("/") and Path(name).is_file()) or name in shipped:
+        return []
+    return [
+        f"gateway_chat_template={_show(name)}: no such template; fix: one of {', '.join(shipped)} "
+        f"({CHAT_TEMPLATES}), an absolute path to a Jinja file on the controller, or empty for the model's own"
+    ]
+
+
 def gateway_problems(v: Mapping[str, Any]) -> list[str]:
     """The gateway's inputs: keys, port (in range, not one of tritonserver's), limits, TLS files."""
     problems = _api_key_problems(v.get("gateway_api_keys", v.get("fleet_api_keys", [])),
@@ -386,6 +403,7 @@ def gateway_problems(v: Mapping[str, Any]) -> list[str]:
     if isinstance(context, int) and isinstance(most, int) and context > 0 and most >= context:
         problems.append(f"gateway_max_tokens={most}: not below gateway_context_length={context} (no room for a "
                         "prompt); fix: a smaller gateway_max_tokens")  # fmt: skip
+    problems += _chat_template_problems(v.get("gateway_chat_template", ""))
     cert, key = v.get("gateway_tls_cert", ""), v.get("gateway_tls_key", "")
     if bool(cert) != bool(key):
         problems.append("gateway_tls_cert and gateway_tls_key: set both (a certificate and its key) or neither")

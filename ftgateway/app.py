@@ -18,7 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from tritonclient.utils import InferenceServerException
 
-from .config import Key, Keys, Settings
+from . import chat
+from .config import ConfigError, Key, Keys, Settings
 from .triton import Sampling, SamplingError, Tokens, Triton, sampling
 
 Number = StrictInt | StrictFloat
@@ -236,6 +237,11 @@ class Gateway:
         self.settings, self.backend = settings, backend
         self.keys = Keys(settings.keys_file, settings.default_rate_per_minute) if settings.keys_file else None
         self.metrics, self.limiter, self.started = Metrics(), RateLimiter(), int(time.time())
+        try:
+            self.chat_template = chat.Template(settings.chat_template, settings.chat_bos_token,
+                                               settings.chat_eos_token)  # fmt: skip
+        except ValueError as err:
+            raise ConfigError(f"setting 'chat_template': {err}") from err
 
     def fail(self, err: ApiError, route: str) -> JSONResponse:
         self.metrics.errors.labels(str(err.status), err.kind).inc()
@@ -385,6 +391,20 @@ class Gateway:
         return {"tokens": pieces, "token_logprobs": values, "top_logprobs": top,
                 "text_offset": [offsets[k] for k in kept]}  # fmt: skip
 
+    def chat_prompt(self, body: chat.ChatRequest) -> GenerateRequest:
+        """A chat request as the completion it is: the conversation rendered with the model's chat
+        template, and the same sampling parameters (checked again by run())."""
+        for param, refused, why in chat.REFUSED:
+            if refused(body):
+                raise ApiError(400, why, param=param)
+        try:
+            prompt = self.chat_template.render(body.messages)
+        except chat.ChatError as err:
+            raise ApiError(400, str(err), param=err.param) from err
+        return GenerateRequest(prompt=prompt, max_tokens=chat.max_tokens(body), temperature=body.temperature,
+                               top_k=body.top_k, top_p=body.top_p, stop=body.stop, seed=body.seed,
+                               repetition_penalty=body.repetition_penalty)  # fmt: skip
+
     async def result(self, body: GenerateRequest) -> Result:
         result = None
         async for _delta, last in self.run(body, whole=True):
@@ -392,16 +412,28 @@ class Gateway:
         assert result is not None  # run() ends with its Result
         return result
 
-    def stream(self, body: CompletionRequest, first: tuple[str, Result | None], rest, decoupled: bool, began: float):
-        """Server-sent events in OpenAI's chunk shape, then [DONE]. With stream_options.include_usage,
-        as OpenAI specifies it: every chunk carries "usage": null, and one more chunk before [DONE]
-        has no choices and the usage."""
-        ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+    def stream(self, body: CompletionRequest | chat.ChatRequest, first: tuple[str, Result | None], rest,
+               decoupled: bool, began: float):  # fmt: skip
+        """Server-sent events in OpenAI's chunk shape (completions' or chat's), then [DONE]. With
+        stream_options.include_usage, as OpenAI specifies it: every chunk carries "usage": null,
+        and one more chunk before [DONE] has no choices and the usage."""
+        chatting = isinstance(body, chat.ChatRequest)
+        route = "/v1/chat/completions" if chatting else "/v1/completions"
+        ident, created = f"{'chatcmpl' if chatting else 'cmpl'}-{uuid.uuid4().hex}", int(time.time())
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         extra = ({} if decoupled else {"ftfleet_streaming": BUFFERED}) | ({"usage": None} if include_usage else {})
 
+        def piece(text: str, finish: str | None, **more: Any) -> dict[str, Any]:
+            if chatting:
+                return chat.chunk(ident, created, self.settings.model, {"content": text} if text else {}, finish,
+                                  **more)  # fmt: skip
+            return completion_chunk(ident, created, self.settings.model, text, finish, **more)
+
         async def events():
             status, item, seen_text, held = "200", first, False, ""
+            if chatting:  # OpenAI's first chat chunk names the role
+                yield _event(chat.chunk(ident, created, self.settings.model, {"role": "assistant", "content": ""},
+                                        None, **extra))  # fmt: skip
             try:
                 while True:
                     delta, result = item
@@ -412,13 +444,11 @@ class Gateway:
                         if not seen_text:
                             self.metrics.first_token.observe(time.monotonic() - began)
                             seen_text = True
-                        yield _event(completion_chunk(ident, created, self.settings.model, delta, None, **extra))
+                        yield _event(piece(delta, None, **extra))
                     if result is not None:
-                        yield _event(completion_chunk(ident, created, self.settings.model, "", result.finish_reason,
-                                                      **extra))  # fmt: skip
+                        yield _event(piece("", result.finish_reason, **extra))
                         if include_usage:
-                            last = completion_chunk(ident, created, self.settings.model, "", None)
-                            yield _event({**last, "choices": [], "usage": usage(result)})
+                            yield _event({**piece("", None), "choices": [], "usage": usage(result)})
                         break
                     item = await anext(rest)
             except ApiError as err:  # after the first chunk: an error event in OpenAI's shape
@@ -426,8 +456,8 @@ class Gateway:
                 self.metrics.errors.labels(status, err.kind).inc()
                 yield _event({"error": {"message": err.message, "type": err.kind, "code": err.code}})
             yield "data: [DONE]\n\n"
-            self.metrics.requests.labels("/v1/completions", status).inc()
-            self.metrics.latency.labels("/v1/completions").observe(time.monotonic() - began)
+            self.metrics.requests.labels(route, status).inc()
+            self.metrics.latency.labels(route).observe(time.monotonic() - began)
 
         headers = {"Cache-Control": "no-cache", "X-FTFleet-Streaming": "tokens" if decoupled else "buffered"}
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
@@ -525,14 +555,26 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
             chunk = completion_chunk(ident, int(time.time()), settings.model, result.text, result.finish_reason,
                                      logprobs=result.logprobs)  # fmt: skip
             return {**chunk, "usage": usage(result)}
+        return await streamed(body, body)
+
+    async def streamed(body: CompletionRequest | chat.ChatRequest, generate: GenerateRequest) -> StreamingResponse:
         began = time.monotonic()
-        rest = gw.run(body)
+        rest = gw.run(generate)
         first = await anext(rest)  # an error before the first text is still a plain HTTP error
         try:
             decoupled = await gw.backend.decoupled()
         except InferenceServerException as err:
             raise triton_error(err) from err
         return gw.stream(body, first, rest, decoupled, began)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: chat.ChatRequest, _key: Caller):
+        generate = gw.chat_prompt(body)
+        if body.stream:
+            return await streamed(body, generate)
+        result = await gw.result(generate)
+        return chat.answer(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), settings.model, result.text,
+                           finish=result.finish_reason, usage=usage(result))  # fmt: skip
 
     @app.post("/generate")
     async def generate(body: GenerateRequest, _key: Caller):

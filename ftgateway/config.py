@@ -28,6 +28,11 @@ class Settings:
     allow_anonymous: bool = False
     default_rate_per_minute: int = 600  # requests per key in any 60 s, unless the key says otherwise
     request_timeout_s: float = 300.0  # per call to tritonserver
+    # /v1/chat/completions: the model's chat template (Jinja, as transformers renders it; empty:
+    # no chat) and the special tokens it may name.
+    chat_template: str = ""
+    chat_bos_token: str = ""
+    chat_eos_token: str = ""
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Settings:
@@ -41,6 +46,9 @@ class Settings:
             value = raw.get(name, known[name].default)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"setting {name!r} must be a positive integer, got {value!r}")
+        for name in ("chat_template", "chat_bos_token", "chat_eos_token"):
+            if not isinstance(raw.get(name, ""), str):
+                raise ConfigError(f"setting {name!r} must be a string, got {raw[name]!r}")
         if raw.get("max_tokens_limit", cls.max_tokens_limit) >= raw.get("context_length", cls.context_length):
             raise ConfigError("setting 'max_tokens_limit' must be smaller than 'context_length' (room for a prompt)")
         settings = cls(**raw)

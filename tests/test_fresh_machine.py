@@ -231,6 +231,16 @@ out["logprobs"] = {"text": scored.text, "tokens": scored.logprobs.tokens, "value
 out["beams"] = [c.text for c in client.completions.create(**asked, n=2, best_of=3).choices]
 out["echo"] = client.completions.create(**asked, echo=True).choices[0].text
 out["penalised"] = client.completions.create(**asked, extra_body={"repetition_penalty": 1.5}).choices[0].text
+# chat, in the lab's template (h2oGPT's form): the completion of the rendered conversation
+talk = {"model": "tiny-gpt2", "messages": [{"role": "user", "content": "Every role"}], "max_tokens": 12,
+        "temperature": 0}
+out["chat"] = client.chat.completions.create(**talk).choices[0].message.content
+streamed = client.chat.completions.create(**talk, stream=True)
+out["chat_streamed"] = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+rendered = {**asked, "prompt": "<human>: Every role\n<bot>:"}
+out["chat_as_completion"] = client.completions.create(**rendered).choices[0].text
+out["chat_bad_role"] = httpx.post(url.replace("/completions", "/chat/completions"), headers=auth,
+                                  json={**talk, "messages": [{"role": "wizard", "content": "hi"}]}).status_code
 print(json.dumps(out))
 """.replace("KEY", KEY)
 
@@ -258,6 +268,10 @@ def the_front_wants_a_key_and_streams_the_same_text() -> None:
     assert len(front["beams"]) == 2
     assert front["echo"] == "Every role" + front["text"]
     assert front["penalised"], front  # answered (tests/test_gateway.py checks the penalty's effect)
+    # chat: the openai client, whole and streamed, is the completion of the conversation in h2oGPT's form
+    assert front["chat"] == front["chat_streamed"] == front["chat_as_completion"], front
+    assert front["chat"], front
+    assert front["chat_bad_role"] == 400, front
 
 
 def a_rollout_over_both_hosts_under_load_drops_no_request() -> None:

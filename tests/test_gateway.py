@@ -31,6 +31,14 @@ from ftnative.decode import load  # noqa: E402
 MODEL = "tiny"
 KEY, SLOW_KEY = "ftf-test-key-one", "ftf-test-key-slow"
 PROMPT = "Ansible automation that takes bare GPU hosts"
+# h2oGPT's prompt form (<human>: ... <bot>:) as a chat template, as the gateway role writes one.
+H2O_TEMPLATE = (
+    "{% for m in messages %}{% if m.role == 'system' %}{{ m.content }}\n"
+    "{% elif m.role == 'user' %}<human>: {{ m.content }}\n{% else %}<bot>: {{ m.content }}\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<bot>:{% endif %}"
+)
+CHAT = [{"role": "system", "content": "Ansible automation"}, {"role": "user", "content": "takes bare GPU hosts"}]
+CHAT_PROMPT = "Ansible automation\n<human>: takes bare GPU hosts\n<bot>:"
 PLAY = """
 - hosts: localhost
   connection: local
@@ -116,7 +124,8 @@ def front(request, tmp_path_factory) -> Iterator[Front]:
     keys_file.write_text(json.dumps({"keys": keys}))
     with tritonserver(repo, work) as server:
         settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "context_length": 128,
-                    "max_tokens_limit": 64, "max_request_bytes": 4096, "keys_file": str(keys_file)}  # fmt: skip
+                    "max_tokens_limit": 64, "max_request_bytes": 4096, "keys_file": str(keys_file),
+                    "chat_template": H2O_TEMPLATE}  # fmt: skip
         proc, url = _gateway(settings, work)
         try:
             yield Front(url, request.param, keys_file, tokenizer, model, shards)
@@ -280,6 +289,96 @@ def test_the_openai_client_works_with_fts_parameters(front):
     with pytest.raises(openai.BadRequestError) as refused:
         client.completions.create(**asked, logprobs=3)
     assert refused.value.body["param"] == "logprobs"
+
+
+def test_chat_is_the_completion_of_the_conversation_in_the_models_template(front):
+    """/v1/chat/completions renders the messages with the chat template and generates exactly what
+    /v1/completions generates for that prompt, whole and streamed, in OpenAI's chat shapes."""
+    whole = front.post("/v1/chat/completions", {"model": MODEL, "messages": CHAT, "max_tokens": 10, "temperature": 0})
+    assert whole.status_code == 200, whole.text
+    answer = whole.json()
+    same = front.post("/v1/completions", {"model": MODEL, "prompt": CHAT_PROMPT, "max_tokens": 10, "temperature": 0})
+    assert answer["object"] == "chat.completion"
+    assert answer["id"].startswith("chatcmpl-")
+    assert answer["choices"][0]["message"] == {"role": "assistant", "content": same.json()["choices"][0]["text"]}
+    assert answer["choices"][0]["finish_reason"] == same.json()["choices"][0]["finish_reason"]
+    assert answer["usage"] == same.json()["usage"]
+    body = {"model": MODEL, "messages": CHAT, "max_tokens": 10, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    with httpx.stream("POST", front.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
+                      timeout=120) as r:  # fmt: skip
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == answer["choices"][0]["message"]["content"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == answer["choices"][0]["finish_reason"]
+    assert (chunks[-1]["choices"], chunks[-1]["usage"]) == ([], answer["usage"])
+
+
+def test_the_openai_client_chats(front):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=front.url + "/v1", api_key=KEY, max_retries=0)
+    asked = {"model": MODEL, "messages": CHAT, "max_tokens": 8, "temperature": 0}
+    want = front.complete(prompt=CHAT_PROMPT, max_tokens=8, temperature=0)["choices"][0]["text"]
+    got = client.chat.completions.create(**asked)
+    assert got.choices[0].message.content == want
+    assert got.choices[0].message.role == "assistant"
+    streamed = client.chat.completions.create(**asked, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == want
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(**asked, n=2)
+    assert refused.value.body["param"] == "n"
+
+
+@pytest.mark.parametrize(
+    ("change", "param", "words"),
+    [
+        ({"messages": []}, "messages", "messages is empty"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role", "unknown role 'wizard'"),
+        ({"messages": [{"role": "user", "content": ""}]}, "messages[0].content", "the message is empty"),
+        ({"messages": [{"role": "user", "content": "GPU hosts " * 200}]}, "prompt", "over the model's context"),
+        ({"logprobs": True}, "logprobs", "/v1/completions"),
+        ({"frequency_penalty": 0.5}, "frequency_penalty", "not supported"),
+        ({"stream_options": {"include_usage": True}}, "stream_options", "only allowed with stream true"),
+        ({"tools": []}, "tools", "unknown parameter"),
+    ],
+)
+def test_bad_chat_requests_get_an_openai_error(front, change, param, words):
+    answer = front.post("/v1/chat/completions", {"model": MODEL, "messages": CHAT, "max_tokens": 4, **change})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["param"], error["type"]) == (param, "invalid_request_error"), error
+    assert words in error["message"], error
+
+
+def test_a_chat_template_renders_refuses_or_is_missing():
+    """The template in its sandbox, without a server: the prompt it renders, its own refusal
+    (raise_exception, as transformers' templates use it), no template, and one that does not compile."""
+    from ftgateway.chat import ChatError, Message, Template  # noqa: PLC0415
+    from ftgateway.config import ConfigError  # noqa: PLC0415
+
+    messages = [Message(**m) for m in CHAT]
+    assert Template(H2O_TEMPLATE).render(messages) == CHAT_PROMPT
+    strict = Template("{% if messages[0].role != 'user' %}{{ raise_exception('start with a user') }}{% endif %}"
+                      "{{ bos_token }}{{ messages[0].content }}", bos_token="<s>")  # fmt: skip
+    with pytest.raises(ChatError, match="refuses this conversation: start with a user"):
+        strict.render(messages)
+    assert strict.render(messages[1:]) == "<s>takes bare GPU hosts"
+    with pytest.raises(ChatError, match="no chat template"):
+        Template("").render(messages)
+    with pytest.raises(ValueError, match="does not compile"):
+        Template("{% for %}")
+    sandboxed = Template("{{ ''.__class__.__mro__ }}")
+    with pytest.raises(ChatError, match="is unsafe"):  # the sandbox: no attributes that reach Python's internals
+        sandboxed.render(messages)
+    from ftgateway.app import Gateway  # noqa: PLC0415
+    from ftgateway.config import Settings  # noqa: PLC0415
+
+    with pytest.raises(ConfigError, match="chat_template"):
+        Gateway(Settings(model="m", allow_anonymous=True, chat_template="{% if %}"), backend=None)
 
 
 def test_echo_returns_the_prompt_then_the_completion(front):
@@ -562,7 +661,10 @@ def test_settings_refuse_what_the_gateway_cannot_start_with(settings, message):
 @pytest.mark.parametrize(
     ("requirements", "required"),
     [
-        ("roles/gateway/files/requirements.txt", {"fastapi", "uvicorn", "tritonclient", "prometheus-client", "numpy"}),
+        (
+            "roles/gateway/files/requirements.txt",
+            {"fastapi", "uvicorn", "tritonclient", "prometheus-client", "numpy", "jinja2"},
+        ),
         ("roles/ft_convert/files/registry-requirements.txt", {"oras", "requests", "jsonschema"}),
     ],
 )

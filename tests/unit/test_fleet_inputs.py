@@ -161,6 +161,10 @@ def test_container_sms_refuses_unknown_versions(bad):
          "fleet_registry_username: credentials without fleet_registry"),
         ("registry insecure quoted", {"fleet_registry": "registry:5000", "fleet_registry_insecure": "true"}, A100,
          "fleet_registry_insecure='true': must be true or false, unquoted"),
+        ("chat template unknown", {"fleet_gateway": True, "gateway_chat_template": "vicuna"}, A100,
+         "gateway_chat_template='vicuna': no such template; fix: one of h2ogpt"),
+        ("chat template path missing", {"fleet_gateway": True, "gateway_chat_template": "/nonexistent/chat.jinja"},
+         A100, "gateway_chat_template='/nonexistent/chat.jinja': no such template"),
         ("registry CA not PEM", {"fleet_registry": "registry:5000", "fleet_registry_ca_certificate": "/etc/ca.pem"},
          A100, "fleet_registry_ca_certificate: must be the PEM text of a CA certificate"),
     ],
@@ -262,3 +266,11 @@ def test_a_decoupled_model_behind_the_gateway_needs_tritons_final_response_flag(
         assert (
             "fix: fleet_triton_container_version 23.06 or later, or triton_model_repo_decoupled: false" in problems[0]
         )
+
+
+def test_a_shipped_chat_template_or_a_file_on_the_controller_is_accepted(tmp_path):
+    own = tmp_path / "chat.jinja"
+    own.write_text("{{ messages[0].content }}")
+    for name in ("", "h2ogpt", str(own)):
+        values = {**GOOD, "fleet_gateway": True, "gateway_chat_template": name}
+        assert [p for p in fleet_input_problems(values, A100) if "chat_template" in p] == [], name
