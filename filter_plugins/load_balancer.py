@@ -73,7 +73,8 @@ def load_balancer_backends(hosts: Any, hostvars: Any, ports: Any = None, base_po
         address = v.get("lb_member_address") or f"{v.get('ansible_host') or host}:{v.get('gateway_port') or 8080}"
         members.setdefault(str(model["name"]), []).append(
             {"name": str(host), "address": str(address), "tls": bool(v.get("gateway_tls_cert")),
-             "tls_name": str(v.get("gateway_tls_name") or host)})  # fmt: skip
+             "tls_name": str(v.get("gateway_tls_name") or host),
+             "bind": str(v.get("gateway_bind_address") or "0.0.0.0")})  # fmt: skip
     backends, taken = [], {}
     for index, model in enumerate(sorted(members)):
         port = ports.get(model, base_port + index)
@@ -195,6 +196,10 @@ def load_balancer_problems(lb: Any, backends: Any) -> list[str]:
                                 "speak TLS to it and find it down; fix: gateway_tls_cert and gateway_tls_key on "
                                 "that host, or remove load_balancer_gateway_ca")  # fmt: skip
             host = str(server["address"]).rsplit(":", 1)[0]
+            if _loopback(str(server.get("bind", "0.0.0.0"))) and not _loopback(host):
+                problems.append(f"{where}: its gateway listens on {server['bind']} (gateway_bind_address) only, so "
+                                f"HAProxy cannot reach it at {server['address']}; fix: gateway_bind_address 0.0.0.0 "
+                                "or the address HAProxy reaches")  # fmt: skip
             if not server.get("tls") and cert and not _loopback(host) and not plain_ok:
                 problems.append(f"{where}: HAProxy forwards to {server['address']} in plain HTTP, so every key "
                                 "crosses that network in clear; fix: gateway_tls_cert and gateway_tls_key on the "

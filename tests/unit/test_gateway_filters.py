@@ -106,10 +106,11 @@ def test_one_backend_per_model_with_computed_and_given_ports():
     plain = {"tls": False}
     assert backends == [
         {"model": "llama", "backend": "model_llama", "port": 8090,
-         "servers": [{"name": "n3", "address": "n3:8080", "tls_name": "n3", **plain}]},
+         "servers": [{"name": "n3", "address": "n3:8080", "tls_name": "n3", "bind": "0.0.0.0", **plain}]},
         {"model": "tiny", "backend": "model_tiny", "port": 18500,
-         "servers": [{"name": "n1", "address": "127.0.0.1:18080", "tls_name": "n1", **plain},
-                     {"name": "n2", "address": "gpu-2.example:9090", "tls_name": "n2", **plain}]},
+         "servers": [{"name": "n1", "address": "127.0.0.1:18080", "tls_name": "n1", "bind": "0.0.0.0", **plain},
+                     {"name": "n2", "address": "gpu-2.example:9090", "tls_name": "n2", "bind": "0.0.0.0",
+                      **plain}]},
     ]  # fmt: skip
 
 
@@ -219,3 +220,18 @@ def test_the_gateways_user_must_read_its_tls_files_and_no_one_else_the_key():
     open_key = gateway_tls_file_problems([_stat("/c.key", "root", "root", "0644")], "ftgateway", "/c.key")
     assert open_key == ["/c.key: the private key is readable by every user of the host; fix: chmod 0640 /c.key "
                         "(group ftgateway)"]  # fmt: skip
+
+
+def test_a_gateway_bound_to_loopback_behind_a_load_balancer_elsewhere_is_refused():
+    """docs/serving-front.md: gateway_bind_address is where HAProxy on another host must reach it."""
+    loopback = {"fleet_model": {"name": "tiny"}, "gateway_bind_address": "127.0.0.1"}
+    hosts = {
+        "n1": {**loopback, "ansible_host": "gpu-1.example"},
+        "n2": {**loopback, "lb_member_address": "127.0.0.1:18080"},
+    }
+    lb = {"load_balancer_bind_address": "127.0.0.1"}
+    problems = load_balancer_problems(lb, load_balancer_backends(list(hosts), hosts))
+    assert problems == [
+        "n1 (tiny): its gateway listens on 127.0.0.1 (gateway_bind_address) only, so HAProxy cannot reach it at "
+        "gpu-1.example:8080; fix: gateway_bind_address 0.0.0.0 or the address HAProxy reaches"
+    ]  # n2: HAProxy reaches it on loopback (the lab's published ports)
