@@ -1,6 +1,5 @@
 """The HTTP API: OpenAI's /v1/completions and /v1/models, a simpler /generate, /healthz, /metrics."""
 
-import asyncio
 import json
 import secrets
 import time
@@ -188,43 +187,6 @@ def _upstream():
         raise _upstream_down(f"tritonserver unreachable: {err}") from err
 
 
-async def newest(items: AsyncIterator) -> AsyncIterator:
-    """Each item once the consumer is ready for it, or, when several arrived meanwhile, only the
-    newest of them. A decoupled model's steps each carry the whole sequence so far, so skipping
-    the older ones loses no text: a stream whose detokenizing is slower than the model (under
-    load) makes one postprocessing call for several tokens instead of one per token. The items
-    are read in a task of their own; leaving early cancels it (and with it the model's stream)."""
-    queue: asyncio.Queue = asyncio.Queue()
-    end = object()
-
-    async def pump() -> None:
-        try:
-            async for item in items:
-                queue.put_nowait((item, None))
-        except Exception as err:  # raised where the consumer reads
-            queue.put_nowait((end, err))
-            return
-        queue.put_nowait((end, None))
-
-    task = asyncio.create_task(pump())
-    try:
-        while True:
-            arrived = [await queue.get()]
-            while not queue.empty():
-                arrived.append(queue.get_nowait())
-            ready = [item for item, _err in arrived if item is not end]
-            if ready:
-                yield ready[-1]
-            item, err = arrived[-1]
-            if item is end:
-                if err is not None:
-                    raise err
-                return
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
 def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
     cuts = [text.find(s) for s in stops if s in text]
     return (text[: min(cuts)], True) if cuts else (text, False)
@@ -298,10 +260,7 @@ class Gateway:
                 yield echo, None
             sent, text, length, stopped = 0, "", tokens.count, False
             hold, last = max((len(s) for s in stops), default=1) - 1, None
-            steps = self.backend.generate(tokens, body.max_tokens, params)
-            # Without stop sequences the steps may be coalesced (newest); with them every step is
-            # read, so that the tokens counted end at the step where the stop appeared.
-            async for step in steps if stops or last_only else newest(steps):
+            async for step in self.backend.generate(tokens, body.max_tokens, params):
                 length, last = step.sequence_length, step
                 if last_only:
                     continue

@@ -574,51 +574,6 @@ def test_sampling_maps_openai_parameters_to_fts(openai, ft):
     assert (got.runtime_top_k, got.runtime_top_p, got.temperature, got.random_seed) == ft
 
 
-def test_a_slow_reader_gets_the_newest_step_and_the_producers_error():
-    """newest(): a stream read slower than it is produced skips to the newest item (each step
-    of a decoupled model holds the whole sequence so far), never reorders, always ends with the
-    last item, then raises what the producer raised; leaving early cancels the producer."""
-    import asyncio  # noqa: PLC0415
-
-    from ftgateway.app import newest  # noqa: PLC0415
-
-    async def produce(n: int, fail: bool, state: dict):
-        try:
-            for i in range(n):
-                state["made"] = i
-                yield i
-                await asyncio.sleep(0.001)
-            if fail:
-                raise RuntimeError("tritonserver went away")
-        finally:
-            state["closed"] = True
-
-    async def read(n: int, fail: bool, stop_after: int | None = None):
-        state, seen = {}, []
-        try:
-            async for item in newest(produce(n, fail, state)):
-                seen.append(item)
-                if stop_after is not None and len(seen) == stop_after:
-                    break
-                await asyncio.sleep(0.01)  # the slow reader: postprocessing
-        except RuntimeError as err:
-            return seen, state, str(err)
-        return seen, state, None
-
-    seen, state, error = asyncio.run(read(40, fail=False))
-    assert seen == sorted(set(seen)), seen
-    assert (seen[0], seen[-1]) == (0, 39), seen
-    assert len(seen) < 40, f"nothing was skipped: {seen}"
-    assert error is None
-    assert state["closed"]
-    seen, state, error = asyncio.run(read(10, fail=True))
-    assert (seen[-1], error) == (9, "tritonserver went away"), (seen, error)
-    seen, state, error = asyncio.run(read(1000, fail=False, stop_after=2))
-    assert len(seen) == 2, seen
-    assert state["closed"], state
-    assert state["made"] < 999, state
-
-
 def test_greedy_with_log_probs_takes_fts_top_p_path():
     """FT's top-k path reports log P(token | top-1) = 0 for greedy decoding; the top-p path with a
     tiny top_p takes the same most likely token with its full log probability."""
