@@ -60,6 +60,7 @@ import yaml
 from cuda_compat import container_sms, cuda_sm
 from fleet_model import SAFE_NAME, fleet_model_problems, fleet_model_resolved
 from ft_families import FAMILIES, AnsibleFilterError
+from gateway import gateway_probe_key, key_expiry
 
 PROJECT = Path(_HERE).parent
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._/+-]*")
@@ -308,10 +309,38 @@ def _server_problems(v: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+KEY_FIELDS = ("name", "key", "rate_per_minute", "concurrent_requests", "models", "expires")
+
+
+def _key_field_problems(label: str, item: Mapping[str, Any]) -> list[str]:
+    """A key's optional fields: its limits, models and expiry, and nothing else."""
+    problems = []
+    for field, low in (("rate_per_minute", 1), ("concurrent_requests", 0)):
+        value = item.get(field, low)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            problems.append(
+                f"{label}: {field!r} must be a whole number >= {low}" + (" (0: no limit)" if not low else "")
+            )
+    models = item.get("models")
+    if models is not None and (not isinstance(models, list) or not models
+                               or not all(isinstance(m, str) and m for m in models)):  # fmt: skip
+        problems.append(f"{label}: 'models' must be a non-empty list of model names (fleet_model.name); "
+                        "fix: leave it out for a key that may use every model")  # fmt: skip
+    if item.get("expires") is not None:
+        try:
+            key_expiry(item["expires"])
+        except ValueError as err:
+            problems.append(f"{label}: 'expires': {err}")
+    unknown = sorted(set(item) - set(KEY_FIELDS))
+    if unknown:
+        problems.append(f"{label}: unknown field(s) {unknown}; valid: {', '.join(KEY_FIELDS)}")
+    return problems
+
+
 def _api_key_problems(keys: Any, anonymous: Any) -> list[str]:
     """fleet_api_keys / gateway_api_keys: named by their names only, never by their values."""
     if not isinstance(keys, list) or not all(isinstance(k, Mapping) for k in keys):
-        return ["gateway_api_keys (fleet_api_keys): must be a list of {name, key, rate_per_minute} mappings; "
+        return ["gateway_api_keys (fleet_api_keys): must be a list of {name, key, rate_per_minute, ...} mappings; "
                 "fix: see docs/serving-front.md (keys live in the vault)"]  # fmt: skip
     problems, names, values = [], set(), set()
     for i, item in enumerate(keys):
@@ -329,12 +358,7 @@ def _api_key_problems(keys: Any, anonymous: Any) -> list[str]:
         elif key in values:
             problems.append(f"{label}: the same key as another entry; fix: a new key per user")
         values.add(key if isinstance(key, str) else None)
-        rate = item.get("rate_per_minute", 1)
-        if not isinstance(rate, int) or isinstance(rate, bool) or rate < 1:
-            problems.append(f"{label}: 'rate_per_minute' must be a whole number >= 1")
-        unknown = sorted(set(item) - {"name", "key", "rate_per_minute"})
-        if unknown:
-            problems.append(f"{label}: unknown field(s) {unknown}; valid: name, key, rate_per_minute")
+        problems += _key_field_problems(label, item)
     if not keys and anonymous is not True:
         problems.append("fleet_api_keys=[]: the gateway needs at least one API key; fix: add keys to the vault "
                         "(python -m ftgateway new-key), or set gateway_allow_anonymous: true on purpose")  # fmt: skip
@@ -387,9 +411,19 @@ def _chat_template_problems(name: Any) -> list[str]:
 
 def gateway_problems(v: Mapping[str, Any]) -> list[str]:
     """The gateway's inputs: keys, port (in range, not one of tritonserver's), limits, TLS files."""
-    problems = _api_key_problems(v.get("gateway_api_keys", v.get("fleet_api_keys", [])),
-                                 v.get("gateway_allow_anonymous", False))  # fmt: skip
+    keys = v.get("gateway_api_keys", v.get("fleet_api_keys", []))
+    problems = _api_key_problems(keys, v.get("gateway_allow_anonymous", False))
+    model = v.get("gateway_model_name") or (v.get("fleet_model") or {}).get("name")
+    if not problems and keys and isinstance(model, str) and not gateway_probe_key(keys, model):
+        problems.append(f"fleet_api_keys: no key may use the model {model!r} now (each names other models or has "
+                        "expired), so no client could, nor the serve stage's gate; fix: add the model to a key's "
+                        "models, or a new key")  # fmt: skip
     problems += _int_problems(v, 1, ("gateway_port",), 65535)
+    for name, low in (("fleet_api_key_rate_per_minute", 1), ("fleet_api_key_concurrent_requests", 0)):
+        value = v.get(name, low)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            problems.append(f"{name}={_show(value)}: must be a whole number >= {low}"
+                            + (" (0: no limit)" if low == 0 else ""))  # fmt: skip
     port = v.get("gateway_port")
     clash = [f"triton_server_{n}_port" for n in ("http", "grpc", "metrics")
              if isinstance(port, int) and v.get(f"triton_server_{n}_port") == port]  # fmt: skip

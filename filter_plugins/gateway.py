@@ -4,11 +4,15 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: gateway_key_records
-short_description: API keys -> what the hosts store of them (name, SHA-256, rate)
+short_description: API keys -> what the hosts store of them (name, SHA-256, rate, scope, expiry)
 description:
-  - Takes fleet_api_keys ([{name, key, rate_per_minute}]) and returns one record per key with
-    the key's SHA-256 (hex) in place of the key, and its rate (the default rate where it sets none).
-    ftgateway hashes a presented key the same way and compares.
+  - Takes fleet_api_keys ([{name, key, rate_per_minute, concurrent_requests, models, expires}])
+    and returns one record per key with the key's SHA-256 (hex) in place of the key, its rate (the
+    default rate where it sets none), and its models and expiry where it sets them (expires as
+    ISO 8601 in UTC; a date alone means 00:00 UTC of that day). ftgateway hashes a presented key
+    the same way and compares. concurrent_requests is the load balancers' (load_balancer_key_map).
+  - gateway_probe_key returns the first key that may call the given model now (its models, its
+    expiry), for the role's own requests, or "" when there is none.
   - model_context_length reads a Hugging Face config.json and returns the number of positions
     the model was trained for (max_position_embeddings, n_positions, n_ctx, seq_length), or the
     fallback where it names none (ALiBi models such as BLOOM).
@@ -32,17 +36,50 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: "[{name, sha256, rate_per_minute}] (gateway_key_records); an int (model_context_length)."
+  description: >-
+    "[{name, sha256, rate_per_minute[, models][, expires]}]" (gateway_key_records); an int
+    (model_context_length); a key or "" (gateway_probe_key).
   type: raw
 """
 
+import datetime
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ft_families import AnsibleFilterError
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_sequence_length")
+
+
+def key_expiry(value: Any) -> str:
+    """fleet_api_keys[].expires -> the moment as ISO 8601 in UTC ("+00:00", which every Python 3
+    parses). YAML gives a date or a datetime for unquoted values; a date alone (either way) means
+    00:00 UTC of that day, and a time needs its zone. Raises ValueError saying what is wrong."""
+    moment = value
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            moment = datetime.date.fromisoformat(text)
+        else:
+            try:
+                moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+            except ValueError:
+                moment = None
+            if moment is None:
+                raise ValueError(f"{value!r} is not a date or a date and time (ISO 8601, e.g. 2027-01-31 or "
+                                 "2027-01-31T18:00Z)")  # fmt: skip
+            if moment.tzinfo is None:
+                raise ValueError(f"{value!r} has no time zone; fix: end it with Z (UTC) or +HH:MM")
+    if isinstance(moment, datetime.datetime):
+        if moment.tzinfo is None:  # a YAML timestamp without a zone is UTC (YAML 1.1)
+            moment = moment.replace(tzinfo=datetime.UTC)
+    elif isinstance(moment, datetime.date):
+        moment = datetime.datetime(moment.year, moment.month, moment.day, tzinfo=datetime.UTC)
+    else:
+        raise ValueError(f"{value!r} is not a date or a date and time (ISO 8601, e.g. 2027-01-31 or 2027-01-31T18:00Z)")
+    return moment.astimezone(datetime.UTC).isoformat()
 
 
 def gateway_key_records(keys: Any, default_rate: Any) -> list[dict[str, Any]]:
@@ -56,9 +93,32 @@ def gateway_key_records(keys: Any, default_rate: Any) -> list[dict[str, Any]]:
         if not isinstance(key, str) or not key or not isinstance(item.get("name"), str):
             # Never the key itself in a message: only its position and name.
             raise AnsibleFilterError(f"gateway_key_records: keys[{i}] needs a 'name' and a non-empty 'key'")
-        records.append({"name": item["name"], "sha256": hashlib.sha256(key.encode()).hexdigest(),
-                        "rate_per_minute": item.get("rate_per_minute", default_rate)})  # fmt: skip
+        record = {"name": item["name"], "sha256": hashlib.sha256(key.encode()).hexdigest(),
+                  "rate_per_minute": item.get("rate_per_minute", default_rate)}  # fmt: skip
+        if item.get("models") is not None:
+            record["models"] = list(item["models"])
+        if item.get("expires") is not None:
+            try:
+                record["expires"] = key_expiry(item["expires"])
+            except ValueError as err:
+                raise AnsibleFilterError(f"gateway_key_records: keys[{i}] ({item['name']}): expires: {err}") from err
+        records.append(record)
     return records
+
+
+def gateway_probe_key(keys: Any, model: Any, now: Any = None) -> str:
+    """The first key that may call `model` now (its models, its expiry), for the role's own
+    requests; "" when there is none (a gateway without keys)."""
+    moment = datetime.datetime.now(datetime.UTC) if now is None else datetime.datetime.fromisoformat(now)
+    for item in keys if isinstance(keys, list) else []:
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+            continue
+        if item.get("models") is not None and model not in item["models"]:
+            continue
+        if item.get("expires") is not None and datetime.datetime.fromisoformat(key_expiry(item["expires"])) <= moment:
+            continue
+        return item["key"]
+    return ""
 
 
 def model_context_length(config: Any, fallback: Any) -> int:
@@ -94,5 +154,9 @@ def gateway_tls_file_problems(stats: Any, user: Any, key_path: Any) -> list[str]
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"gateway_key_records": gateway_key_records, "model_context_length": model_context_length,
-                "gateway_tls_file_problems": gateway_tls_file_problems}  # fmt: skip
+        return {
+            "gateway_key_records": gateway_key_records,
+            "model_context_length": model_context_length,
+            "gateway_tls_file_problems": gateway_tls_file_problems,
+            "gateway_probe_key": gateway_probe_key,
+        }

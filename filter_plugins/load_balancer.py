@@ -17,6 +17,13 @@ description:
     preflight refuses (TLS half configured, plain HTTP on a network without
     load_balancer_allow_plaintext, certificates that do not parse, match or have expired).
   - tls_certificate_facts reads a PEM certificate: subject, names, notAfter, days left.
+  - load_balancer_key_map takes the backends, hostvars and the number of load balancers, and
+    returns the lines of HAProxy's map of per-key limits, "<backend>:<key's SHA-256> <rate>:<most>":
+    for each model, every key its hosts take (gateway_api_keys, else fleet_api_keys) that may use
+    it (models), with its requests per minute (rate_per_minute, else the host's
+    gateway_rate_per_minute, else fleet_api_key_rate_per_minute, else 600) and concurrent requests
+    (concurrent_requests, else fleet_api_key_concurrent_requests, else 0 = no limit), each divided
+    among the load balancers (rounded up). Where a model's hosts disagree, the lower limit holds.
 options:
   _input:
     description: Host names.
@@ -51,6 +58,7 @@ _value:
 """
 
 import datetime
+import hashlib
 import ipaddress
 from collections.abc import Mapping
 from typing import Any
@@ -208,7 +216,49 @@ def load_balancer_problems(lb: Any, backends: Any) -> list[str]:
     return problems
 
 
+def _whole(value: Any, default: int) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError) as err:
+        raise AnsibleFilterError(f"load_balancer_key_map: {value!r} is not a whole number") from err
+
+
+def load_balancer_key_map(backends: Any, hostvars: Any, lb_count: Any = 1) -> list[str]:
+    """HAProxy's map of per-key limits (see DOCUMENTATION); never a key, only its SHA-256."""
+    if not isinstance(backends, list):
+        raise AnsibleFilterError("load_balancer_key_map: expected the backends (load_balancer_backends)")
+    share = max(_whole(lb_count, 1), 1)
+    limits: dict[str, tuple[int, int]] = {}
+    for backend in backends:
+        for server in backend["servers"]:
+            v = hostvars[server["name"]]
+            keys = v.get("gateway_api_keys") or v.get("fleet_api_keys") or []
+            default_rate = _whole(v.get("gateway_rate_per_minute"), _whole(v.get("fleet_api_key_rate_per_minute"), 600))
+            default_most = _whole(v.get("fleet_api_key_concurrent_requests"), 0)
+            for item in keys:
+                if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+                    raise AnsibleFilterError(f"load_balancer_key_map: {server['name']}'s API keys must be "
+                                             "{name, key, ...} mappings (preflight says which)")  # fmt: skip
+                models = item.get("models")
+                if models is not None and backend["model"] not in models:
+                    continue
+                rate = -(-_whole(item.get("rate_per_minute"), default_rate) // share)
+                most = -(-_whole(item.get("concurrent_requests"), default_most) // share)
+                entry = f"{backend['backend']}:{hashlib.sha256(item['key'].encode()).hexdigest()}"
+                if entry in limits:  # hosts of one model that disagree: the lower limit (0 = none)
+                    old_rate, old_most = limits[entry]
+                    rate, most = min(rate, old_rate), min(m for m in (most, old_most) if m) if most or old_most else 0
+                limits[entry] = (rate, most)
+    return [f"{entry} {rate}:{most}" for entry, (rate, most) in sorted(limits.items())]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"load_balancer_backends": load_balancer_backends, "load_balancer_problems": load_balancer_problems,
-                "tls_certificate_facts": tls_certificate_facts}  # fmt: skip
+        return {
+            "load_balancer_backends": load_balancer_backends,
+            "load_balancer_problems": load_balancer_problems,
+            "tls_certificate_facts": tls_certificate_facts,
+            "load_balancer_key_map": load_balancer_key_map,
+        }

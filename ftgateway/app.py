@@ -220,6 +220,11 @@ class Gateway:
         key = self.keys.find(token.strip())
         if key is None:
             raise ApiError(401, "the API key is not valid", kind="authentication_error", code="invalid_api_key")
+        refused = key.refusal(self.settings.model, time.time())
+        if refused:
+            status, code, message = refused
+            raise ApiError(status, message, kind="authentication_error" if status == 401 else "permission_error",
+                           code=code)  # fmt: skip
         self.limiter.check(key)
         return key
 

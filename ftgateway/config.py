@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import hmac
 import json
@@ -82,6 +83,17 @@ class Key:
     name: str
     sha256: str
     rate_per_minute: int
+    models: tuple[str, ...] = ()  # the models it may use; empty: every model
+    expires: float | None = None  # UNIX time from which it is refused; None: never
+
+    def refusal(self, model: str, now: float) -> tuple[int, str, str] | None:
+        """Why this key may not call `model` now, as (HTTP status, error code, message), or None."""
+        if self.expires is not None and now >= self.expires:
+            moment = datetime.datetime.fromtimestamp(self.expires, datetime.UTC).isoformat()
+            return 401, "expired_api_key", f"the API key {self.name!r} expired at {moment}"
+        if self.models and model not in self.models:
+            return 403, "model_not_allowed", f"the API key {self.name!r} may not use the model {model!r}"
+        return None
 
 
 class Keys:
@@ -128,5 +140,18 @@ def parse_keys(text: str, default_rate: int, where: str = "keys") -> dict[str, K
         rate = item.get("rate_per_minute", default_rate)
         if not isinstance(rate, int) or isinstance(rate, bool) or rate < 1:
             raise ConfigError(f"{where}: keys[{i}] ({item['name']}): 'rate_per_minute' must be a positive integer")
-        keys[digest] = Key(item["name"], digest, rate)
+        models = item.get("models", [])
+        if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
+            raise ConfigError(f"{where}: keys[{i}] ({item['name']}): 'models' must be a list of model names")
+        expires = item.get("expires")
+        if expires is not None:
+            try:
+                moment = datetime.datetime.fromisoformat(expires) if isinstance(expires, str) else None
+            except ValueError:
+                moment = None
+            if moment is None or moment.tzinfo is None:
+                raise ConfigError(f"{where}: keys[{i}] ({item['name']}): 'expires' must be ISO 8601 with a time "
+                                  f"zone, got {expires!r}")  # fmt: skip
+            expires = moment.timestamp()
+        keys[digest] = Key(item["name"], digest, rate, tuple(models), expires)
     return keys

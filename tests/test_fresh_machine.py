@@ -176,6 +176,7 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
 
     one_hosts_batch_size_changes_exactly_its_config_unit_and_restart(stages)
     the_front_wants_a_key_and_streams_the_same_text()
+    a_keys_limits_hold_over_both_hosts_and_its_scope_and_expiry_are_kept()
     a_rollout_over_both_hosts_under_load_drops_no_request()
     status_shows_both_hosts_serving()
     plan_previews_a_gpu_change_without_changing_it()
@@ -272,6 +273,60 @@ def the_front_wants_a_key_and_streams_the_same_text() -> None:
     assert front["chat"] == front["chat_streamed"] == front["chat_as_completion"], front
     assert front["chat"], front
     assert front["chat_bad_role"] == 400, front
+
+
+# The lab's keys for limits and scopes (inventories/lab/group_vars/gpu_hosts/gateway.yml).
+LIMITS_CHECK = r"""
+import contextlib, json, subprocess, httpx
+url = "http://127.0.0.1:18500/v1/completions"
+body = {"model": "tiny-gpt2", "prompt": "Every role", "max_tokens": 1, "temperature": 0}
+def ask(key, client=httpx):
+    r = client.post(url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    return [r.status_code, (r.json().get("error") or {}).get("code"), r.headers.get("retry-after")]
+def served():  # requests each lab host's gateway has answered (HAProxy's stot)
+    stat = subprocess.run(["docker", "exec", "lab-lb", "sh", "-c",
+                           "echo 'show stat' | socat stdio /run/haproxy/admin.sock"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    head = stat[0].lstrip("# ").split(",")
+    rows = [dict(zip(head, line.split(","))) for line in stat[1:] if line]
+    return {r["svname"]: int(r["stot"]) for r in rows if r["svname"].startswith("lab-node")}
+before = served()
+out = {"rate": [ask("ftf-lab-rate-key-not-a-secret-02") for _ in range(30)]}
+after = served()
+out["served"] = {name: after[name] - before[name] for name in after}
+out["elsewhere"] = ask("ftf-lab-elsewhere-not-a-secret-04")
+out["expired"] = ask("ftf-lab-expired-not-a-secret-005")
+pair = {"Authorization": "Bearer ftf-lab-pair-key-not-a-secret-03"}
+long = {**body, "max_tokens": 240, "stream": True}  # the lab's context is 256
+with httpx.Client(timeout=60) as a, httpx.Client(timeout=60) as b, contextlib.ExitStack() as held:
+    lines = [held.enter_context(c.stream("POST", url, json=long, headers=pair)).iter_lines() for c in (a, b)]
+    out["first_events"] = [next(line)[:6] for line in lines]  # both running now
+    out["third"] = ask("ftf-lab-pair-key-not-a-secret-03")
+    out["ends"] = [[line for line in rest if line][-1] for rest in lines]
+out["after_both_ended"] = ask("ftf-lab-pair-key-not-a-secret-03")
+print(json.dumps(out))
+"""
+
+
+def a_keys_limits_hold_over_both_hosts_and_its_scope_and_expiry_are_kept() -> None:
+    """One key's 30 requests spread over both hosts: HAProxy lets 20 through (its rate over the
+    fleet, where each gateway alone would allow 20) and answers the rest 429; a key limited to two
+    requests at once gets a 429 for a third while two streams run; a key for another model gets a
+    403 and an expired one a 401, from the gateways."""
+    done, _ = inside(".venv/bin/python -c " + shlex.quote(LIMITS_CHECK))
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(done.stdout)
+    print(f"limits on the lab: {seen}")
+    assert seen["rate"] == [[200, None, None]] * 20 + [[429, "rate_limit_exceeded", "4"]] * 10, seen["rate"]
+    assert sum(seen["served"].values()) == 20, seen["served"]
+    assert len(seen["served"]) == 2, seen["served"]
+    assert all(n > 0 for n in seen["served"].values()), seen["served"]
+    assert seen["elsewhere"][:2] == [403, "model_not_allowed"], seen
+    assert seen["expired"][:2] == [401, "expired_api_key"], seen
+    assert seen["first_events"] == ["data: ", "data: "], seen
+    assert seen["third"] == [429, "concurrency_limit_exceeded", "1"], seen
+    assert seen["ends"] == ["data: [DONE]"] * 2, seen
+    assert seen["after_both_ended"][0] == 200, seen
 
 
 def a_rollout_over_both_hosts_under_load_drops_no_request() -> None:

@@ -5,6 +5,7 @@ triton_model_repo_decoupled: true (token streaming)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -507,6 +508,43 @@ def test_a_revoked_key_is_refused_without_a_restart(front, tmp_path):
     assert front.complete(max_tokens=1)["usage"]["completion_tokens"] == 1
 
 
+def test_a_key_scoped_to_other_models_or_expired_is_refused_by_name(front):
+    saved = front.keys_file.read_text()
+    soon = time.time() + 3
+    until = datetime.datetime.fromtimestamp(soon, datetime.UTC).isoformat()
+    try:
+        front.keys_file.write_text(
+            json.dumps(
+                {
+                    "keys": [
+                        {"name": "elsewhere", "sha256": hash_key(KEY), "models": ["llama", "kogpt"]},
+                        {"name": "brief", "sha256": hash_key(SLOW_KEY), "models": [MODEL, "llama"], "expires": until},
+                    ]
+                }
+            )
+        )
+        os.utime(front.keys_file, ns=(time.time_ns(), time.time_ns() + 10**9))
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
+        scoped = front.post("/v1/completions", body)
+        assert scoped.status_code == 403, scoped.text
+        assert scoped.json()["error"] == {
+            "message": f"the API key 'elsewhere' may not use the model {MODEL!r}",
+            "type": "permission_error",
+            "param": None,
+            "code": "model_not_allowed",
+        }
+        assert front.post("/v1/completions", body, key=SLOW_KEY).status_code == 200  # in scope, not yet expired
+        time.sleep(max(0.0, soon - time.time()) + 0.1)
+        expired = front.post("/v1/completions", body, key=SLOW_KEY)
+        assert expired.status_code == 401, expired.text
+        assert expired.json()["error"]["code"] == "expired_api_key"
+        assert f"the API key 'brief' expired at {until}" == expired.json()["error"]["message"]
+    finally:
+        front.keys_file.write_text(saved)
+        os.utime(front.keys_file, ns=(time.time_ns(), time.time_ns() + 2 * 10**9))
+    assert front.complete(max_tokens=1)["usage"]["completion_tokens"] == 1
+
+
 def test_without_tritonserver_health_says_so_and_requests_get_a_server_error(tmp_path):
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"keys": [{"name": "one", "sha256": hash_key(KEY)}]}))
@@ -611,6 +649,23 @@ def test_settings_refuse_what_the_gateway_cannot_start_with(settings, message):
 
     with pytest.raises(ConfigError, match=message):
         Settings.from_dict(settings)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [({"models": "kogpt"}, r"\(k\): 'models' must be a list of model names"),
+     ({"expires": "2027-01-31T00:00"}, r"\(k\): 'expires' must be ISO 8601 with a time zone"),
+     ({"expires": "next week"}, r"'expires' must be ISO 8601"), ({"expires": 1700000000}, r"'expires' must be")],
+)  # fmt: skip
+def test_a_key_file_with_a_bad_scope_or_expiry_is_refused(record, message):
+    from ftgateway.config import ConfigError, parse_keys  # noqa: PLC0415
+
+    with pytest.raises(ConfigError, match=message):
+        parse_keys(json.dumps({"keys": [{"name": "k", "sha256": hash_key(KEY), **record}]}), 600)
+    good = parse_keys(json.dumps({"keys": [{"name": "k", "sha256": hash_key(KEY), "models": ["m"],
+                                            "expires": "2027-01-31T00:00:00+00:00"}]}), 600)  # fmt: skip
+    assert good[hash_key(KEY)].expires == datetime.datetime(2027, 1, 31, tzinfo=datetime.UTC).timestamp()
+    assert good[hash_key(KEY)].refusal("m", 0) is None
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fleet_inputs import fleet_input_problems, gateway_problems
 from ft_families import AnsibleFilterError
-from gateway import gateway_key_records, gateway_tls_file_problems, model_context_length
-from load_balancer import load_balancer_backends, load_balancer_problems, tls_certificate_facts
+from gateway import gateway_key_records, gateway_probe_key, gateway_tls_file_problems, key_expiry, model_context_length
+from load_balancer import load_balancer_backends, load_balancer_key_map, load_balancer_problems, tls_certificate_facts
 from test_fleet_inputs import GOOD
 
 KEY = "ftf-0123456789abcdef"
@@ -32,7 +32,7 @@ def test_a_host_with_a_key_has_no_gateway_problem():
     ("overrides", "problem"),
     [
         ({"fleet_api_keys": []}, "fleet_api_keys=[]: the gateway needs at least one API key"),
-        ({"fleet_api_keys": "ftf-key"}, "must be a list of {name, key, rate_per_minute} mappings"),
+        ({"fleet_api_keys": "ftf-key"}, "must be a list of {name, key, rate_per_minute, ...} mappings"),
         ({"fleet_api_keys": [{"name": "a b", "key": KEY}]}, "fleet_api_keys[0] (a b): 'name' must be letters"),
         (
             {"fleet_api_keys": [{"name": "a", "key": KEY}, {"name": "a", "key": KEY + "x"}]},
@@ -42,6 +42,27 @@ def test_a_host_with_a_key_has_no_gateway_problem():
         ({"fleet_api_keys": [{"name": "a", "key": "short"}]}, "(a): 'key' must be a string of at least 16"),
         ({"fleet_api_keys": [{"name": "a", "key": KEY, "rate_per_minute": 0}]}, "'rate_per_minute' must be a whole"),
         ({"fleet_api_keys": [{"name": "a", "key": KEY, "rpm": 5}]}, "unknown field(s) ['rpm']"),
+        (
+            {"fleet_api_keys": [{"name": "a", "key": KEY, "concurrent_requests": -1}]},
+            "(a): 'concurrent_requests' must be a whole number >= 0 (0: no limit)",
+        ),
+        ({"fleet_api_keys": [{"name": "a", "key": KEY, "models": "kogpt"}]}, "(a): 'models' must be a non-empty list"),
+        ({"fleet_api_keys": [{"name": "a", "key": KEY, "models": []}]}, "(a): 'models' must be a non-empty list"),
+        ({"fleet_api_keys": [{"name": "a", "key": KEY, "expires": "soon"}]}, "(a): 'expires': 'soon' is not"),
+        (
+            {"fleet_api_keys": [{"name": "a", "key": KEY, "expires": "2027-01-31T18:00"}]},
+            "(a): 'expires': '2027-01-31T18:00' has no time zone; fix: end it with Z",
+        ),
+        (
+            {"fleet_api_keys": [{"name": "a", "key": KEY, "models": ["other"]}]},
+            "no key may use the model 'kogpt' now (each names other models or has expired)",
+        ),
+        (
+            {"fleet_api_keys": [{"name": "a", "key": KEY, "expires": datetime.date(2020, 1, 1)}]},
+            "no key may use the model 'kogpt' now",
+        ),
+        ({"fleet_api_key_rate_per_minute": 0}, "fleet_api_key_rate_per_minute=0: must be a whole number >= 1"),
+        ({"fleet_api_key_concurrent_requests": "many"}, "fleet_api_key_concurrent_requests='many': must be a whole"),
         ({"gateway_port": 8001}, "gateway_port=8001: the same port as triton_server_grpc_port"),
         ({"gateway_port": 70000}, "gateway_port=70000: out of range (valid: 1-65535)"),
         ({"gateway_max_tokens": 4096, "gateway_context_length": 2048}, "gateway_max_tokens=4096: not below"),
@@ -62,6 +83,32 @@ def test_anonymous_access_on_purpose_needs_no_key():
     assert gateway_problems({"gateway_api_keys": [], "gateway_allow_anonymous": True}) == []
 
 
+def test_a_key_for_this_model_that_has_not_expired_is_fine():
+    keys = [{"name": "a", "key": KEY, "models": ["kogpt", "llama"], "expires": "2999-01-01T00:00:00Z",
+             "concurrent_requests": 0}]  # fmt: skip
+    assert fleet_input_problems({**SERVING, "fleet_api_keys": keys}) == []
+
+
+@pytest.mark.parametrize(
+    ("given", "moment"),
+    [("2027-01-31", "2027-01-31T00:00:00+00:00"), (datetime.date(2027, 1, 31), "2027-01-31T00:00:00+00:00"),
+     ("2027-01-31T18:00:00+09:00", "2027-01-31T09:00:00+00:00"), ("2027-01-31T18:00Z", "2027-01-31T18:00:00+00:00"),
+     (datetime.datetime(2027, 1, 31, 18, 0), "2027-01-31T18:00:00+00:00")],
+)  # fmt: skip
+def test_expiry_is_a_moment_in_utc(given, moment):
+    assert key_expiry(given) == moment
+
+
+def test_the_probe_key_may_call_the_model_now():
+    keys = [{"name": "old", "key": KEY + "1", "expires": "2027-01-01"},
+            {"name": "other", "key": KEY + "2", "models": ["llama"]},
+            {"name": "ok", "key": KEY + "3", "models": ["kogpt"]}]  # fmt: skip
+    assert gateway_probe_key(keys, "kogpt", "2026-12-31T23:59:59+00:00") == KEY + "1"
+    assert gateway_probe_key(keys, "kogpt", "2027-01-01T00:00:00+00:00") == KEY + "3"
+    assert gateway_probe_key(keys, "llama", "2027-06-01T00:00:00+00:00") == KEY + "2"
+    assert gateway_probe_key(keys[:2], "kogpt", "2027-06-01T00:00:00+00:00") == ""
+
+
 def test_key_records_hold_hashes_and_rates():
     records = gateway_key_records(
         [{"name": "a", "key": KEY}, {"name": "b", "key": KEY + "b", "rate_per_minute": 5}], 600
@@ -75,6 +122,10 @@ def test_key_records_hold_hashes_and_rates():
     assert KEY not in str(err.value)
     with pytest.raises(AnsibleFilterError, match="default_rate must be"):
         gateway_key_records([], 0)
+    scoped = gateway_key_records([{"name": "c", "key": KEY, "models": ["kogpt"], "expires": "2027-01-31",
+                                   "concurrent_requests": 4}], 600)  # fmt: skip
+    assert scoped == [{"name": "c", "sha256": hashlib.sha256(KEY.encode()).hexdigest(), "rate_per_minute": 600,
+                       "models": ["kogpt"], "expires": "2027-01-31T00:00:00+00:00"}]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -112,6 +163,35 @@ def test_one_backend_per_model_with_computed_and_given_ports():
                      {"name": "n2", "address": "gpu-2.example:9090", "tls_name": "n2", "bind": "0.0.0.0",
                       **plain}]},
     ]  # fmt: skip
+
+
+def _sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def test_the_key_map_holds_each_models_keys_by_hash_with_their_share_of_the_limits():
+    keys = [{"name": "a", "key": KEY + "a"},
+            {"name": "b", "key": KEY + "b", "rate_per_minute": 21, "concurrent_requests": 3},
+            {"name": "c", "key": KEY + "c", "models": ["llama"]}]  # fmt: skip
+    hosts = {
+        "n1": {"fleet_model": {"name": "tiny"}, "fleet_api_keys": keys, "fleet_api_key_concurrent_requests": 64},
+        "n2": {"fleet_model": {"name": "tiny"}, "fleet_api_keys": keys, "gateway_rate_per_minute": 100},
+        "n3": {"fleet_model": {"name": "llama"}, "gateway_api_keys": keys[2:], "fleet_api_key_rate_per_minute": 30},
+    }
+    backends = load_balancer_backends(list(hosts), hosts, {}, 8090)
+    lines = load_balancer_key_map(backends, hosts, 1)
+    # tiny: a at the lower default rate of its hosts (n2's 100 under 600) and n1's 64 at once (n2 sets
+    # none: no limit, so n1's holds); b its own; c is not for tiny. llama: only c, at n3's default rate.
+    assert lines == sorted([
+        f"model_tiny:{_sha(KEY + 'a')} 100:64", f"model_tiny:{_sha(KEY + 'b')} 21:3",
+        f"model_llama:{_sha(KEY + 'c')} 30:0",
+    ])  # fmt: skip
+    # two load balancers: each enforces half, rounded up
+    halves = dict(line.split(" ") for line in load_balancer_key_map(backends, hosts, 2))
+    assert (halves[f"model_tiny:{_sha(KEY + 'a')}"], halves[f"model_tiny:{_sha(KEY + 'b')}"]) == ("50:32", "11:2")
+    assert not any(KEY in line for line in lines)  # hashes only, never a key
+    with pytest.raises(AnsibleFilterError, match="n1's API keys must be"):
+        load_balancer_key_map(backends, {**hosts, "n1": {**hosts["n1"], "fleet_api_keys": ["ftf-key"]}}, 1)
 
 
 def test_a_gateway_with_a_certificate_is_a_tls_server_verified_by_its_name():
