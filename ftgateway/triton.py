@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -239,14 +240,19 @@ class Triton:
             async def requests():
                 yield {"model_name": "fastertransformer", "inputs": inputs, "enable_empty_final_response": True}
 
-            async for result, error in self.client.stream_infer(requests(), stream_timeout=self.timeout):
-                if error is not None:
-                    raise error
-                final = result.get_response().parameters.get("triton_final_response")
-                if result.as_numpy("output_ids") is not None:
-                    yield result
-                if final is not None and final.bool_param:
-                    return
+            try:
+                async for result, error in self.client.stream_infer(requests(), stream_timeout=self.timeout):
+                    if error is not None:
+                        raise error
+                    final = result.get_response().parameters.get("triton_final_response")
+                    if result.as_numpy("output_ids") is not None:
+                        yield result
+                    if final is not None and final.bool_param:
+                        return
+            except grpc.RpcError as err:
+                # The stream's own failures (tritonserver killed mid-stream: UNAVAILABLE, "Stream
+                # removed") come as gRPC's error, not tritonclient's: the same error either way.
+                raise InferenceServerException(err.details(), status=str(err.code()), debug_details=None) from err
         except InferenceServerException:
             self._forget()
             raise

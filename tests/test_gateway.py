@@ -545,6 +545,41 @@ def test_a_key_scoped_to_other_models_or_expired_is_refused_by_name(front):
     assert front.complete(max_tokens=1)["usage"]["completion_tokens"] == 1
 
 
+def test_a_stream_that_tritonserver_drops_is_a_retryable_upstream_error():
+    """Killed mid-stream, tritonserver's gRPC stream ends in grpc's own error (not tritonclient's):
+    it must reach the routes as InferenceServerException UNAVAILABLE (a 503 HAProxy retries),
+    not as an unhandled 500."""
+    import asyncio  # noqa: PLC0415
+
+    import grpc  # noqa: PLC0415
+    from tritonclient.utils import InferenceServerException  # noqa: PLC0415
+
+    from ftgateway.app import triton_error  # noqa: PLC0415
+    from ftgateway.triton import Triton  # noqa: PLC0415
+
+    class Dropped:
+        async def stream_infer(self, requests, stream_timeout=None):
+            yield await anext(aiter(_drop()))
+
+    async def _drop():
+        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                   details="Stream removed (Socket closed)")  # fmt: skip
+        yield  # an async generator
+
+    triton = Triton("127.0.0.1:1", 5)
+    triton._client, triton._decoupled = Dropped(), True
+
+    async def first():
+        return await anext(aiter(triton._answers([])))
+
+    with pytest.raises(InferenceServerException) as err:
+        asyncio.run(first())
+    assert str(err.value.status()) == "StatusCode.UNAVAILABLE"
+    assert triton._decoupled is None  # forgotten: read again from the restarted server
+    answer = triton_error(err.value)
+    assert (answer.status, answer.code) == (503, "upstream_down")
+
+
 def test_without_tritonserver_health_says_so_and_requests_get_a_server_error(tmp_path):
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"keys": [{"name": "one", "sha256": hash_key(KEY)}]}))
