@@ -8,7 +8,8 @@ generate() in one process on the same machine.
         --triton-grpc gpu-a100-01:8001 --key "$KEY" --model kogpt --no-baseline
 
 Every request streams (stream: true, greedy, the same prompt and max_tokens), so the first text
-chunk gives the time to the first token and the last the latency. Writes the numbers as JSON, a
+chunk gives the time to the first token, the mean time between text chunks the inter-token
+latency, and the last the latency. Writes the numbers as JSON, a
 Markdown table and a PNG plot (--out). Requests stay bounded: --requests per target and level.
 """
 
@@ -38,16 +39,26 @@ def openai_request(url: str, key: str, model: str, prompt: str, tokens: int) -> 
     """One streamed completion through an OpenAI-compatible endpoint: (first text, end) in seconds."""
     body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True}
     headers = {"Authorization": f"Bearer {key}"}
+    # One client per thread, its connection kept alive, as the Triton layer keeps its gRPC
+    # stream and as OpenAI's clients do (a new httpx client per request builds an SSL context
+    # and a connection each time: ~20 ms of the client's own that were counted as the server's).
+    local, made = threading.local(), []
 
     def call() -> tuple[float, float]:
-        began, first = time.perf_counter(), None
-        with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers, timeout=300) as answer:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(timeout=300)
+            made.append(local.client)
+        began, first, last, texts = time.perf_counter(), None, None, 0
+        with local.client.stream("POST", f"{url}/v1/completions", json=body, headers=headers) as answer:
             answer.raise_for_status()
             for line in answer.iter_lines():
-                if first is None and line.startswith("data: {") and '"text": ""' not in line:
-                    first = time.perf_counter() - began
-        return (first if first is not None else time.perf_counter() - began), time.perf_counter() - began
+                if line.startswith("data: {") and '"text": ""' not in line:
+                    last, texts = time.perf_counter() - began, texts + 1
+                    first = last if first is None else first
+        end = time.perf_counter() - began
+        return (first if first is not None else end), end, _gap(first, last, texts)
 
+    call.close = lambda: [c.close() for c in made]  # type: ignore[attr-defined]
     return call
 
 
@@ -55,35 +66,49 @@ def triton_request(address: str, prompt: str, tokens: int) -> Callable[[], tuple
     """One request to the ensemble over gRPC streaming (decoupled models answer only so)."""
     import tritonclient.grpc as grpcclient  # noqa: PLC0415 - only this layer needs it
 
-    local = threading.local()
+    local, made = threading.local(), []
 
     def call() -> tuple[float, float]:
         if not hasattr(local, "client"):
             answers: queue.Queue = queue.Queue()  # filled on the stream's own thread, where `local` is empty
             local.answers, local.client = answers, grpcclient.InferenceServerClient(address)
             local.client.start_stream(callback=lambda result, error: answers.put((result, error)))
+            made.append(local.client)
         inputs = []
         for name, value, dtype in (("INPUT_0", prompt.encode(), object), ("INPUT_1", tokens, np.uint32),
                                    ("INPUT_2", b"", object), ("INPUT_3", b"", object)):  # fmt: skip
             tensor = grpcclient.InferInput(name, [1, 1], "BYTES" if dtype is object else "UINT32")
             tensor.set_data_from_numpy(np.array([[value]], dtype=dtype))
             inputs.append(tensor)
-        began, first = time.perf_counter(), None
+        began, first, last, texts = time.perf_counter(), None, None, 0
         local.client.async_stream_infer("ensemble", inputs, enable_empty_final_response=True)
         while True:
             result, error = local.answers.get(timeout=300)
             if error is not None:
                 raise RuntimeError(str(error))
             final = result.get_response().parameters.get("triton_final_response")
-            if first is None and result.as_numpy("OUTPUT_0") is not None:
-                first = time.perf_counter() - began
+            if result.as_numpy("OUTPUT_0") is not None:
+                last, texts = time.perf_counter() - began, texts + 1
+                first = last if first is None else first
             if final is not None and final.bool_param:
-                return (first or time.perf_counter() - began), time.perf_counter() - began
+                end = time.perf_counter() - began
+                return (first or end), end, _gap(first, last, texts)
 
+    def close() -> None:
+        for client in made:
+            client.stop_stream()
+            client.close()
+
+    call.close = close  # type: ignore[attr-defined]
     return call
 
 
-def run_level(call: Callable[[], tuple[float, float]], concurrency: int, requests: int) -> dict:
+def _gap(first: float | None, last: float | None, texts: int) -> float | None:
+    """The inter-token latency of one streamed answer: the mean time between its text chunks."""
+    return (last - first) / (texts - 1) if first is not None and last is not None and texts > 1 else None
+
+
+def run_level(call: Callable[[], tuple], concurrency: int, requests: int) -> dict:
     """`requests` calls from `concurrency` threads; percentiles over the calls, throughput over the wall."""
     todo, lock, samples, errors = list(range(requests)), threading.Lock(), [], []
 
@@ -107,10 +132,12 @@ def run_level(call: Callable[[], tuple[float, float]], concurrency: int, request
     wall = time.perf_counter() - began
     latency = sorted(s[1] for s in samples)
     first = sorted(s[0] for s in samples)
+    gaps = sorted(s[2] for s in samples if s[2] is not None)
     pct = lambda xs, p: round(1000 * float(np.percentile(xs, p)), 1) if xs else None  # noqa: E731
     return {"concurrency": concurrency, "requests": len(samples), "errors": len(errors), "error_kinds": errors[:3],
             "p50_ms": pct(latency, 50), "p95_ms": pct(latency, 95), "p99_ms": pct(latency, 99),
-            "ttft_p50_ms": pct(first, 50), "requests_per_s": round(len(samples) / wall, 2)}  # fmt: skip
+            "ttft_p50_ms": pct(first, 50), "itl_p50_ms": pct(gaps, 50),
+            "requests_per_s": round(len(samples) / wall, 2)}  # fmt: skip
 
 
 def baseline(checkpoint: Path, prompt: str, tokens: int, requests: int) -> dict:
@@ -132,7 +159,7 @@ def baseline(checkpoint: Path, prompt: str, tokens: int, requests: int) -> dict:
     return {"concurrency": 1, "requests": len(times), "errors": 0, "error_kinds": [],
             "p50_ms": round(1000 * statistics.median(times), 1),
             "p95_ms": round(1000 * float(np.percentile(times, 95)), 1),
-            "p99_ms": round(1000 * float(np.percentile(times, 99)), 1), "ttft_p50_ms": None,
+            "p99_ms": round(1000 * float(np.percentile(times, 99)), 1), "ttft_p50_ms": None, "itl_p50_ms": None,
             "requests_per_s": round(len(times) / sum(times), 2)}  # fmt: skip
 
 
@@ -146,13 +173,14 @@ def lab_checkpoint(work: Path) -> Path:
 def write(results: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "serving.json").write_text(json.dumps(results, indent=2) + "\n")
-    rows = ["| layer | concurrency | requests | errors | p50 ms | p95 ms | p99 ms | first token p50 ms | requests/s |",
-            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = ["| layer | concurrency | requests | errors | p50 ms | p95 ms | p99 ms | first token p50 ms "
+            "| between tokens p50 ms | requests/s |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for layer, levels in results["layers"].items():
         for r in levels:
             first = r["ttft_p50_ms"] if r["ttft_p50_ms"] is not None else "-"
+            gap = r.get("itl_p50_ms") if r.get("itl_p50_ms") is not None else "-"
             rows.append(f"| {layer} | {r['concurrency']} | {r['requests']} | {r['errors']} | {r['p50_ms']} | "
-                        f"{r['p95_ms']} | {r['p99_ms']} | {first} | {r['requests_per_s']} |")  # fmt: skip
+                        f"{r['p95_ms']} | {r['p99_ms']} | {first} | {gap} | {r['requests_per_s']} |")  # fmt: skip
     (out / "serving.md").write_text("\n".join(rows) + "\n")
     import matplotlib  # noqa: PLC0415
 
@@ -205,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
                "machine": machine, "layers": {}}  # fmt: skip
     for name, call in layers.items():
         call()  # warm up (connections, the model's first pass)
-        results["layers"][name] = [run_level(call, c, max(args.requests, c)) for c in levels]
+        try:
+            results["layers"][name] = [run_level(call, c, max(args.requests, c)) for c in levels]
+        finally:
+            call.close()  # its connections and streams (open ones kept the process from exiting)
         print(json.dumps({name: results["layers"][name]}))
     if not args.no_baseline:
         with tempfile.TemporaryDirectory() as work:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from tritonclient.utils import InferenceServerException
 
@@ -123,6 +123,9 @@ class Metrics:
                               registry=self.registry)  # fmt: skip
         self.errors = Counter("ftgateway_errors", "Error answers, by HTTP status and error type",
                               ["status", "type"], registry=self.registry)  # fmt: skip
+        self.local_tokenizer = Gauge("ftgateway_local_tokenizer", "1 when the gateway tokenizes and decodes "
+                                     "itself (its tokenizer equals the models'), 0 when it calls them",
+                                     registry=self.registry)  # fmt: skip
 
 
 class RateLimiter:
@@ -468,7 +471,7 @@ def _validation_error(err: RequestValidationError) -> ApiError:
 
 
 def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
-    gw = Gateway(settings, triton or Triton(settings.triton_grpc, settings.request_timeout_s))
+    gw = Gateway(settings, triton or Triton(settings.triton_grpc, settings.request_timeout_s, settings.tokenizer_dir))
     Caller = Annotated[Key | None, Depends(gw.caller)]
 
     @asynccontextmanager
@@ -559,6 +562,7 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
 
     @app.get("/metrics")
     async def prometheus():
+        gw.metrics.local_tokenizer.set(1 if getattr(gw.backend, "tokenizing_locally", False) else 0)
         return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

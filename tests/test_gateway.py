@@ -64,6 +64,8 @@ class Front:
     tokenizer: object
     model: object
     shards: Path
+    triton_grpc: str
+    checkpoint: Path
 
     def post(self, path: str, body, key: str | None = KEY, **kw) -> httpx.Response:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -126,10 +128,12 @@ def front(request, tmp_path_factory) -> Iterator[Front]:
     with tritonserver(repo, work) as server:
         settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "context_length": 128,
                     "max_tokens_limit": 64, "max_request_bytes": 4096, "keys_file": str(keys_file),
-                    "chat_template": H2O_TEMPLATE}  # fmt: skip
+                    "chat_template": H2O_TEMPLATE,
+                    # the decoupled front tokenizes in the gateway (tokens.py), the plain one calls the models
+                    "tokenizer_dir": str(checkpoint) if request.param else ""}  # fmt: skip
         proc, url = _gateway(settings, work)
         try:
-            yield Front(url, request.param, keys_file, tokenizer, model, shards)
+            yield Front(url, request.param, keys_file, tokenizer, model, shards, settings["triton_grpc"], checkpoint)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -545,6 +549,53 @@ def test_a_key_scoped_to_other_models_or_expired_is_refused_by_name(front):
     assert front.complete(max_tokens=1)["usage"]["completion_tokens"] == 1
 
 
+def test_the_gateway_tokenizes_itself_where_its_tokenizer_equals_the_models(front):
+    front.complete(max_tokens=2)
+    metrics = httpx.get(front.url + "/metrics", timeout=10).text
+    assert f"ftgateway_local_tokenizer {1.0 if front.decoupled else 0.0}" in metrics
+    # the local tokenizer is the checkpoint's, as transformers' AutoTokenizer reads it
+    from ftgateway.tokens import PROBES, LocalTokenizer  # noqa: PLC0415
+
+    local, why = LocalTokenizer.load(str(front.checkpoint))
+    assert local is not None, why
+    corpus = (ROOT / "tests" / "fixtures" / "tokenizer-corpus" / "README.md").read_text()[:4000]
+    for text in (*PROBES, corpus, PROMPT):
+        ids = front.tokenizer.encode(text)
+        assert local.encode(text) == ids
+        assert local.decode(ids) == front.tokenizer.decode(ids)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [({"normalizer": {"type": "Lowercase"}}, "tokens of"), ({"decoder": None}, "decoding")],
+    ids=["tokens", "decoding"],
+)
+def test_a_tokenizer_unlike_the_models_is_not_used(front, tmp_path, change, reason):
+    """A tokenizer.json that tokenizes or decodes otherwise than the models: the gateway finds it
+    out on the probes and keeps calling the models."""
+    import asyncio  # noqa: PLC0415
+
+    from ftgateway.triton import Triton  # noqa: PLC0415
+
+    if front.decoupled:
+        pytest.skip("one tritonserver is enough")
+    spec = json.loads((front.checkpoint / "tokenizer.json").read_text())
+    (tmp_path / "tokenizer.json").write_text(json.dumps({**spec, **change}))
+
+    async def verdict():
+        triton = Triton(front.triton_grpc, 10, str(tmp_path))
+        try:
+            tokens = await triton.tokenize(PROMPT, [], 4)
+            return await triton._use_local(), triton.local_reason, tokens.ids.reshape(-1).tolist()
+        finally:
+            await triton.close()
+
+    used, why, ids = asyncio.run(verdict())
+    assert not used
+    assert why.startswith(reason), why
+    assert ids == front.tokenizer.encode(PROMPT)  # from the preprocessing model, as without it
+
+
 def test_a_stream_that_tritonserver_drops_is_a_retryable_upstream_error():
     """Killed mid-stream, tritonserver's gRPC stream ends in grpc's own error (not tritonclient's):
     it must reach the routes as InferenceServerException UNAVAILABLE (a 503 HAProxy retries),
@@ -708,7 +759,7 @@ def test_a_key_file_with_a_bad_scope_or_expiry_is_refused(record, message):
     [
         (
             "roles/gateway/files/requirements.txt",
-            {"fastapi", "uvicorn", "tritonclient", "prometheus-client", "numpy", "jinja2"},
+            {"fastapi", "uvicorn", "tritonclient", "prometheus-client", "numpy", "jinja2", "tokenizers"},
         ),
         ("roles/ft_convert/files/registry-requirements.txt", {"oras", "requests", "jsonschema"}),
     ],

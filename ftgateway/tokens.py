@@ -1,0 +1,77 @@
+"""The model's own tokenizer in the gateway's process: what the model repository's preprocessing
+and postprocessing models compute, without a call to tritonserver for each prompt and each
+streamed step.
+
+Those models run transformers' AutoTokenizer on the checkpoint's files; for a checkpoint with a
+tokenizer.json that is the Rust `tokenizers` library on the same file, which this uses directly
+(encode with the special tokens its post-processor adds, decode keeping special tokens, as
+transformers' decode() does by default). What transformers may add on top (its
+clean_up_tokenization_spaces, whose default changed between releases; a slow tokenizer class) is
+not guessed: the gateway compares this tokenizer with the two models on probe texts before it
+uses it (Triton.local_tokenizer_verified) and keeps calling the models where any differs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+# Texts whose tokens and decoding tell tokenizers apart: spaces before punctuation and
+# contractions (transformers' clean-up), leading and repeated spaces, digits, newlines, and
+# characters of several bytes (Korean for KoGPT, a CJK ideograph, an emoji).
+PROBES = (
+    "Every role of a fleet , isn't it ? Yes . It 's 2026 !",
+    " leading space and  two   spaces\nnew line\ttab",
+    "한국어 문장입니다. 模型 ✓ 🚀 café naïve",
+    "<|endoftext|> </s> <s> plain words after special tokens",
+)
+
+
+class LocalTokenizer:
+    def __init__(self, directory: str | Path) -> None:
+        from tokenizers import Tokenizer  # noqa: PLC0415 - only where a tokenizer.json exists
+
+        self.directory = Path(directory)
+        self.tokenizer = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
+
+    @classmethod
+    def load(cls, directory: str) -> tuple[LocalTokenizer | None, str]:
+        """The tokenizer, or None and why not (the gateway then calls the models)."""
+        if not directory:
+            return None, "no tokenizer_dir set"
+        path = Path(directory)
+        if not (path / "tokenizer.json").is_file():
+            return None, f"{path} has no tokenizer.json (a slow tokenizer: the models tokenize)"
+        config_file = path / "tokenizer_config.json"
+        try:
+            config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        except (OSError, ValueError) as err:
+            return None, f"{config_file}: {err}"
+        if config.get("tokenizer_class") == "LLaMATokenizer":  # the models load the slow LlamaTokenizer
+            return None, "early LLaMA tokenizer (LLaMATokenizer): the models tokenize"
+        try:
+            return cls(path), "tokenizer.json"
+        except Exception as err:  # a file tokenizers cannot read: the models still can
+            return None, f"{path / 'tokenizer.json'}: {err}"
+
+    def encode(self, text: str, *, special: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=special).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def stop_words(self, stops: list[str]) -> np.ndarray:
+        """FT's stop_words_list for one request, [1, 2, w]: the stops' ids one after the other,
+        then their end offsets, padded with 0 and -1 (the preprocessing model's layout)."""
+        ids, offsets = [], []
+        for word in stops:
+            ids += self.encode(word, special=False)
+            offsets.append(len(ids))
+        width = max(1, len(ids), len(offsets))
+        out = np.zeros((1, 2, width), dtype=np.int32)
+        out[:, 1, :] = -1
+        out[0, 0, : len(ids)] = ids
+        out[0, 1, : len(offsets)] = offsets
+        return out
