@@ -1,5 +1,6 @@
 """The HTTP API: OpenAI's /v1/completions and /v1/models, a simpler /generate, /healthz, /metrics."""
 
+import asyncio
 import json
 import secrets
 import time
@@ -123,6 +124,9 @@ class Metrics:
                               registry=self.registry)  # fmt: skip
         self.errors = Counter("ftgateway_errors", "Error answers, by HTTP status and error type",
                               ["status", "type"], registry=self.registry)  # fmt: skip
+        self.disconnects = Counter("ftgateway_client_disconnects", "Streams the client closed before their end "
+                                   "(the gateway stopped them; counted as status 499 in requests)",
+                                   registry=self.registry)  # fmt: skip
         self.local_tokenizer = Gauge("ftgateway_local_tokenizer", "1 when the gateway tokenizes and decodes "
                                      "itself (its tokenizer equals the models'), 0 when it calls them",
                                      registry=self.registry)  # fmt: skip
@@ -422,6 +426,14 @@ class Gateway:
                 status = str(err.status)
                 self.metrics.errors.labels(status, err.kind).inc()
                 yield _event({"error": {"message": err.message, "type": err.kind, "code": err.code}})
+            except asyncio.CancelledError:
+                # The client went away: Starlette cancels this stream at once (it listens for the
+                # disconnect), the cancellation closes run() and with it the gRPC stream to
+                # tritonserver, and nothing more is decoded or sent. (FT's backend never asks whether
+                # a request was cancelled: tritonserver finishes the generation on its own.)
+                self.metrics.disconnects.inc()
+                self.metrics.requests.labels(route, "499").inc()
+                raise
             yield "data: [DONE]\n\n"
             self.metrics.requests.labels(route, status).inc()
             self.metrics.latency.labels(route).observe(time.monotonic() - began)

@@ -596,6 +596,39 @@ def test_a_tokenizer_unlike_the_models_is_not_used(front, tmp_path, change, reas
     assert ids == front.tokenizer.encode(PROMPT)  # from the preprocessing model, as without it
 
 
+def _metric(front: Front, line_start: str) -> float:
+    for line in httpx.get(front.url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_client_that_leaves_mid_stream_stops_the_gateways_work(front):
+    """The client closes its connection after the first chunk: the gateway cancels the stream at
+    once (counted as a disconnect and a 499), decodes and sends nothing more, and serves on."""
+    import socket  # noqa: PLC0415
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    if not front.decoupled:
+        pytest.skip("a buffered stream sends its one chunk at the end")
+    before = _metric(front, "ftgateway_client_disconnects_total")
+    address = urlsplit(front.url)
+    body = json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": 64, "temperature": 0, "stream": True})
+    request = (f"POST /v1/completions HTTP/1.1\r\nHost: {address.netloc}\r\nAuthorization: Bearer {KEY}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}")  # fmt: skip
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(request.encode())
+        seen = b""
+        while b"data: {" not in seen:
+            seen += sock.recv(256)
+    deadline = time.monotonic() + 5
+    while _metric(front, "ftgateway_client_disconnects_total") < before + 1:
+        assert time.monotonic() < deadline, "the gateway did not notice the client leaving"
+        time.sleep(0.05)
+    assert _metric(front, 'ftgateway_requests_total{route="/v1/completions",status="499"}') >= 1
+    assert front.complete(max_tokens=2)["usage"]["completion_tokens"] == 2
+
+
 def test_a_stream_that_tritonserver_drops_is_a_retryable_upstream_error():
     """Killed mid-stream, tritonserver's gRPC stream ends in grpc's own error (not tritonclient's):
     it must reach the routes as InferenceServerException UNAVAILABLE (a 503 HAProxy retries),
