@@ -6,9 +6,7 @@ import secrets
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
@@ -20,25 +18,13 @@ from tritonclient.utils import InferenceServerException
 
 from . import chat
 from .config import ConfigError, Key, Keys, Settings
-from .triton import Sampling, SamplingError, Tokens, Triton, sampling
+from .errors import ApiError, triton_error
+from .generation import Generation, Job, Result, stop_list
+from .triton import SamplingError, Triton, sampling
 
 Number = StrictInt | StrictFloat
 BUFFERED = ("buffered: the fastertransformer model is not decoupled (triton_model_repo_decoupled: false), "
             "so the whole answer comes in one chunk")  # fmt: skip
-
-
-class ApiError(Exception):
-    """An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
-
-    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None):  # fmt: skip
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
-        self.headers = headers or {}
-
-    def response(self) -> JSONResponse:
-        body = {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 class GenerateRequest(BaseModel):
@@ -100,15 +86,6 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
 ]  # fmt: skip
 
 
-@dataclass
-class Result:
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-    finish_reason: str
-    logprobs: dict[str, list] | None = None  # OpenAI's choice.logprobs, when asked
-
-
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -150,55 +127,6 @@ class RateLimiter:
         window.append(now)
 
 
-def _stop_list(stop: str | list[str] | None) -> list[str]:
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
-    if len(stops) > 4:
-        raise ApiError(400, "stop takes at most 4 sequences", param="stop")
-    for s in stops:
-        if not s:
-            raise ApiError(400, "stop sequences must not be empty", param="stop")
-        if "," in s:
-            # The model repository's preprocessing takes stop words as comma-separated text.
-            raise ApiError(400, f"stop sequence {s!r} holds a comma, which the model's preprocessing cannot "
-                           "express (it splits stop words on commas)", param="stop")  # fmt: skip
-    return stops
-
-
-# gRPC statuses of a tritonserver that is gone or restarting (refused connection, model not loaded
-# yet): nothing was generated, so the request may go to another host. HAProxy retries a 503.
-UNAVAILABLE = ("StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND")
-RETRY_AFTER_S = 1
-
-
-def _upstream_down(message: str) -> ApiError:
-    return ApiError(503, message, kind="server_error", code="upstream_down",
-                    headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
-
-
-def triton_error(err: InferenceServerException) -> ApiError:
-    """503 with Retry-After when tritonserver is unavailable (retryable elsewhere), else 502."""
-    if str(err.status()) in UNAVAILABLE:
-        return _upstream_down(f"tritonserver unavailable: {err.message()}")
-    return ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error")
-
-
-@contextmanager
-def _upstream():
-    """tritonserver's failures as the gateway's answers: 502 when it answered an error, 503 with
-    Retry-After when it could not be reached or has not loaded the models."""
-    try:
-        yield
-    except InferenceServerException as err:
-        raise triton_error(err) from err
-    except (TimeoutError, OSError) as err:
-        raise _upstream_down(f"tritonserver unreachable: {err}") from err
-
-
-def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
-    cuts = [text.find(s) for s in stops if s in text]
-    return (text[: min(cuts)], True) if cuts else (text, False)
-
-
 class Gateway:
     """The state behind the routes: settings, keys, rate limits, metrics and the Triton client."""
 
@@ -206,6 +134,7 @@ class Gateway:
         self.settings, self.backend = settings, backend
         self.keys = Keys(settings.keys_file, settings.default_rate_per_minute) if settings.keys_file else None
         self.metrics, self.limiter, self.started = Metrics(), RateLimiter(), int(time.time())
+        self.generation = Generation(backend, settings.context_length, self.metrics.tokens)
         try:
             self.chat_template = chat.Template(settings.chat_template, settings.chat_bos_token,
                                                settings.chat_eos_token)  # fmt: skip
@@ -235,8 +164,8 @@ class Gateway:
         self.limiter.check(key)
         return key
 
-    def check(self, body: GenerateRequest) -> tuple[Sampling, list[str], str]:
-        """A request's sampling, stop sequences and prompt, or the 400 that says what is wrong."""
+    def job(self, body: GenerateRequest) -> Job:
+        """What a request asks to generate, or the 400 that says what is wrong."""
         if isinstance(body, CompletionRequest):
             if body.model != self.settings.model:
                 raise ApiError(404, f"the model {body.model!r} does not exist here; this gateway serves "
@@ -257,114 +186,14 @@ class Gateway:
         prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
         if not prompt:
             raise ApiError(400, "the prompt is empty", param="prompt")
-        return params, _stop_list(body.stop), prompt
-
-    async def run(self, body: GenerateRequest, *, whole: bool = False) -> AsyncIterator[tuple[str, Result | None]]:
-        """Text deltas as the model produces them; the last item carries the Result. For a whole
-        answer without stop sequences (`whole`) only the last step is decoded: one postprocessing
-        call instead of one per step of a decoupled model."""
-        params, stops, prompt = self.check(body)
-        last_only = whole and not stops
-        with _upstream():
-            tokens = await self._tokens(body, prompt, stops)
-            echo = prompt if getattr(body, "echo", False) else ""  # OpenAI's echo: the prompt, then the completion
-            if echo:
-                yield echo, None
-            sent, text, length, stopped = 0, "", tokens.count, False
-            hold, last = max((len(s) for s in stops), default=1) - 1, None
-            async for step in self.backend.generate(tokens, body.max_tokens, params):
-                length, last = step.sequence_length, step
-                if last_only:
-                    continue
-                text, stopped = _cut_at_stop(await self._completion_text(tokens, step), stops)
-                # Send what can no longer change: not a partial UTF-8 character, not a possible stop's start.
-                safe = len(text) if stopped else max(sent, len(text.rstrip("\ufffd")) - hold)
-                if safe > sent:
-                    yield text[sent:safe], None
-                    sent = safe
-                if stopped:
-                    break
-            if last_only and last is not None:
-                text = await self._completion_text(tokens, last)
-            logprobs = await self._logprobs(tokens, last, text, body) if params.log_probs and last else None
-        completion = length - tokens.count
-        self.metrics.tokens.labels("out").inc(completion)
-        if len(text) > sent:
-            yield text[sent:], None
-        finish = "stop" if stopped or completion < body.max_tokens else "length"
-        yield "", Result(text=echo + text, prompt_tokens=tokens.count, completion_tokens=completion,
-                         finish_reason=finish, logprobs=logprobs)  # fmt: skip
-
-    async def _tokens(self, body: GenerateRequest, prompt: str, stops: list[str]) -> Tokens:
-        """The prompt's tokens, or the 400 when prompt and max_tokens exceed the context."""
-        tokens = await self.backend.tokenize(prompt, stops, body.max_tokens)
-        if tokens.count + body.max_tokens > self.settings.context_length:
-            raise ApiError(400, f"the prompt has {tokens.count} tokens and max_tokens is {body.max_tokens}: "
-                           f"together over the model's context of {self.settings.context_length} tokens",
-                           param="prompt", code="context_length_exceeded")  # fmt: skip
-        self.metrics.tokens.labels("in").inc(tokens.count)
-        return tokens
-
-    async def search(self, body: CompletionRequest) -> tuple[list[Result], dict[str, int]]:
-        """n > 1 or best_of > 1 (temperature 0, not streamed): FT's beam search with best_of beams,
-        the n best returned, each cut at a stop; usage counts every beam's tokens, as OpenAI bills
-        best_of."""
-        params, stops, prompt = self.check(body)
-        width = body.best_of or body.n
-        with _upstream():
-            tokens = await self._tokens(body, prompt, stops)
-            beams = await self.backend.search(tokens, body.max_tokens, params, width)
-            results = []
-            for step in beams[: body.n]:
-                text, stopped = _cut_at_stop(await self._completion_text(tokens, step), stops)
-                completion = step.sequence_length - tokens.count
-                finish = "stop" if stopped or completion < body.max_tokens else "length"
-                logprobs = await self._logprobs(tokens, step, text, body) if params.log_probs else None
-                results.append(Result(text=(prompt if body.echo else "") + text, prompt_tokens=tokens.count,
-                                      completion_tokens=completion, finish_reason=finish,
-                                      logprobs=logprobs))  # fmt: skip
-        generated = sum(step.sequence_length - tokens.count for step in beams)
-        self.metrics.tokens.labels("out").inc(generated)
-        return results, {"prompt_tokens": tokens.count, "completion_tokens": generated,
-                         "total_tokens": tokens.count + generated}  # fmt: skip
-
-    async def _completion_text(self, tokens: Tokens, step) -> str:
-        """The new text: the whole sequence decoded less the prompt's text (decoding the new ids
-        alone would drop a SentencePiece tokenizer's leading space). The prompt's text comes
-        with the first step's call (two prefixes of one sequence, one postprocessing call)."""
-        if tokens.text is None:
-            tokens.text, full = await self.backend.detokenize_prefixes(
-                step.output_ids, [tokens.count, step.sequence_length]
-            )
-        else:
-            full = await self.backend.detokenize(step.output_ids, step.sequence_length)
-        if full.startswith(tokens.text):
-            return full[len(tokens.text) :]
-        return await self.backend.detokenize(step.output_ids[:, :, tokens.count :], step.sequence_length - tokens.count)
-
-    async def _logprobs(self, tokens: Tokens, step, text: str, body: CompletionRequest) -> dict[str, list]:
-        """OpenAI's logprobs from FT's output_log_probs: each new token as the text it adds (the
-        completion decoded up to it and after it, in one postprocessing call), its log probability,
-        its offset in the text; the tokens past a stop sequence left out. With logprobs 1 (greedy
-        only) top_logprobs holds the chosen token, which is the most likely one."""
-        if step.log_probs is None:
-            raise ApiError(502, "tritonserver answered no output_log_probs although is_return_log_probs was sent",
-                           kind="server_error", code="upstream_error")  # fmt: skip
-        new = step.sequence_length - tokens.count
-        fulls = await self.backend.detokenize_prefixes(step.output_ids, [tokens.count + k for k in range(new + 1)])
-        tokens.text = fulls[0] if tokens.text is None else tokens.text
-        so_far = [f[len(tokens.text) :] if f.startswith(tokens.text) else f for f in fulls]
-        offsets = [_common_prefix(part, text) for part in so_far]
-        kept = [k for k in range(new) if offsets[k] < len(text) or (k == 0 and not text)]
-        pieces = [text[offsets[k] : max(offsets[k], offsets[k + 1])] for k in kept]
-        values = [float(step.log_probs[k]) for k in kept]
-        top = [{piece: value} for piece, value in zip(pieces, values, strict=True)] if body.logprobs else None
-        return {"tokens": pieces, "token_logprobs": values, "top_logprobs": top,
-                "text_offset": [offsets[k] for k in kept]}  # fmt: skip
+        n, best_of = getattr(body, "n", 1), getattr(body, "best_of", None)
+        return Job(prompt=prompt, max_tokens=body.max_tokens, params=params, stops=stop_list(body.stop),
+                   echo=getattr(body, "echo", False), logprobs=getattr(body, "logprobs", None), n=n,
+                   best_of=best_of or n)  # fmt: skip
 
     def chat_prompt(self, body: chat.ChatRequest) -> GenerateRequest:
         """A chat request as the completion it is: the conversation rendered with the model's chat
-        template, and the same sampling parameters (checked again by run())."""
+        template, and the same sampling parameters (checked as a completion's by job())."""
         for param, refused, why in chat.REFUSED:
             if refused(body):
                 raise ApiError(400, why, param=param)
@@ -375,13 +204,6 @@ class Gateway:
         return GenerateRequest(prompt=prompt, max_tokens=chat.max_tokens(body), temperature=body.temperature,
                                top_k=body.top_k, top_p=body.top_p, stop=body.stop, seed=body.seed,
                                repetition_penalty=body.repetition_penalty)  # fmt: skip
-
-    async def result(self, body: GenerateRequest) -> Result:
-        result = None
-        async for _delta, last in self.run(body, whole=True):
-            result = last
-        assert result is not None  # run() ends with its Result
-        return result
 
     def stream(self, body: CompletionRequest | chat.ChatRequest, first: tuple[str, Result | None], rest,
                decoupled: bool, began: float):  # fmt: skip
@@ -451,16 +273,6 @@ def usage(result: Result) -> dict[str, int]:
             "total_tokens": result.prompt_tokens + result.completion_tokens}  # fmt: skip
 
 
-def _common_prefix(a: str, b: str) -> int:
-    """How many leading characters a and b share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def completion_chunk(ident: str, created: int, model: str, text: str, finish: str | None, *,
                      logprobs: dict[str, list] | None = None, **extra: Any):  # fmt: skip
     choice = {"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}
@@ -521,7 +333,7 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, _key: Caller):
         if (body.best_of or body.n) > 1:
-            results, billed = await gw.search(body)
+            results, billed = await gw.generation.search(gw.job(body))
             ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
             choices = [{**completion_chunk(ident, created, settings.model, r.text, r.finish_reason,
                                            logprobs=r.logprobs)["choices"][0], "index": i}
@@ -529,7 +341,7 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
             return {"id": ident, "object": "text_completion", "created": created, "model": settings.model,
                     "choices": choices, "usage": billed}  # fmt: skip
         if not body.stream:
-            result = await gw.result(body)
+            result = await gw.generation.result(gw.job(body))
             ident = f"cmpl-{uuid.uuid4().hex}"
             chunk = completion_chunk(ident, int(time.time()), settings.model, result.text, result.finish_reason,
                                      logprobs=result.logprobs)  # fmt: skip
@@ -538,7 +350,7 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
 
     async def streamed(body: CompletionRequest | chat.ChatRequest, generate: GenerateRequest) -> StreamingResponse:
         began = time.monotonic()
-        rest = gw.run(generate)
+        rest = gw.generation.run(gw.job(generate))
         first = await anext(rest)  # an error before the first text is still a plain HTTP error
         try:
             decoupled = await gw.backend.decoupled()
@@ -551,13 +363,13 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
         generate = gw.chat_prompt(body)
         if body.stream:
             return await streamed(body, generate)
-        result = await gw.result(generate)
+        result = await gw.generation.result(gw.job(generate))
         return chat.answer(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), settings.model, result.text,
                            finish=result.finish_reason, usage=usage(result))  # fmt: skip
 
     @app.post("/generate")
     async def generate(body: GenerateRequest, _key: Caller):
-        result = await gw.result(body)
+        result = await gw.generation.result(gw.job(body))
         return {"model": settings.model, "prompt": body.prompt, "text": result.text,
                 "finish_reason": result.finish_reason, "usage": usage(result)}  # fmt: skip
 

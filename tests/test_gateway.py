@@ -638,7 +638,7 @@ def test_a_stream_that_tritonserver_drops_is_a_retryable_upstream_error():
     import grpc  # noqa: PLC0415
     from tritonclient.utils import InferenceServerException  # noqa: PLC0415
 
-    from ftgateway.app import triton_error  # noqa: PLC0415
+    from ftgateway.errors import triton_error  # noqa: PLC0415
     from ftgateway.triton import Triton  # noqa: PLC0415
 
     class Dropped:

@@ -1,0 +1,50 @@
+"""The gateway's errors in OpenAI's shape, and tritonserver's failures as such errors."""
+
+from contextlib import contextmanager
+
+from fastapi.responses import JSONResponse
+from tritonclient.utils import InferenceServerException
+
+
+class ApiError(Exception):
+    """An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None):  # fmt: skip
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
+        self.headers = headers or {}
+
+    def response(self) -> JSONResponse:
+        body = {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+# gRPC statuses of a tritonserver that is gone or restarting (refused connection, model not loaded
+# yet): nothing was generated, so the request may go to another host. HAProxy retries a 503.
+UNAVAILABLE = ("StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND")
+RETRY_AFTER_S = 1
+
+
+def upstream_down(message: str) -> ApiError:
+    return ApiError(503, message, kind="server_error", code="upstream_down",
+                    headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
+
+
+def triton_error(err: InferenceServerException) -> ApiError:
+    """503 with Retry-After when tritonserver is unavailable (retryable elsewhere), else 502."""
+    if str(err.status()) in UNAVAILABLE:
+        return upstream_down(f"tritonserver unavailable: {err.message()}")
+    return ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error")
+
+
+@contextmanager
+def upstream():
+    """tritonserver's failures as the gateway's answers: 502 when it answered an error, 503 with
+    Retry-After when it could not be reached or has not loaded the models."""
+    try:
+        yield
+    except InferenceServerException as err:
+        raise triton_error(err) from err
+    except (TimeoutError, OSError) as err:
+        raise upstream_down(f"tritonserver unreachable: {err}") from err

@@ -1,0 +1,179 @@
+"""One generation loop that every route shares: the prompt's tokens, the model's steps, the text
+decoded step by step, stop sequences, log probabilities and usage. It takes a Job (app.py makes
+one from a completions, chat or /generate request) and gives text deltas and a Result (app.py
+puts them into OpenAI's shapes); it never sees an HTTP request, and it reaches tritonserver only
+through the transport (triton.py). Its failures are the gateway's errors (errors.py)."""
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from prometheus_client import Counter
+
+from .errors import ApiError, upstream
+from .triton import Sampling, Tokens, Triton
+
+
+@dataclass
+class Result:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    logprobs: dict[str, list] | None = None  # OpenAI's choice.logprobs, when asked
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to generate, checked: the prompt, its limits and sampling, and what to return."""
+
+    prompt: str
+    max_tokens: int
+    params: Sampling
+    stops: list[str]
+    echo: bool = False  # OpenAI's echo: the prompt, then the completion
+    logprobs: int | None = None  # OpenAI's logprobs (0 or 1), or None
+    n: int = 1  # the best n of best_of beams (FT's beam search)
+    best_of: int = 1
+
+
+def stop_list(stop: str | list[str] | None) -> list[str]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > 4:
+        raise ApiError(400, "stop takes at most 4 sequences", param="stop")
+    for s in stops:
+        if not s:
+            raise ApiError(400, "stop sequences must not be empty", param="stop")
+        if "," in s:
+            # The model repository's preprocessing takes stop words as comma-separated text.
+            raise ApiError(400, f"stop sequence {s!r} holds a comma, which the model's preprocessing cannot "
+                           "express (it splits stop words on commas)", param="stop")  # fmt: skip
+    return stops
+
+
+def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
+    cuts = [text.find(s) for s in stops if s in text]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+def common_prefix(a: str, b: str) -> int:
+    """How many leading characters a and b share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Generation:
+    def __init__(self, backend: Triton, context_length: int, tokens_counter: Counter) -> None:
+        self.backend, self.context_length, self.tokens_counter = backend, context_length, tokens_counter
+
+    async def run(self, job: Job, *, whole: bool = False) -> AsyncIterator[tuple[str, Result | None]]:
+        """Text deltas as the model produces them; the last item carries the Result. For a whole
+        answer without stop sequences (`whole`) only the last step is decoded: one postprocessing
+        call instead of one per step of a decoupled model."""
+        params, stops = job.params, job.stops
+        last_only = whole and not stops
+        with upstream():
+            tokens = await self._tokens(job)
+            echo = job.prompt if job.echo else ""
+            if echo:
+                yield echo, None
+            sent, text, length, stopped = 0, "", tokens.count, False
+            hold, last = max((len(s) for s in stops), default=1) - 1, None
+            async for step in self.backend.generate(tokens, job.max_tokens, params):
+                length, last = step.sequence_length, step
+                if last_only:
+                    continue
+                text, stopped = cut_at_stop(await self._completion_text(tokens, step), stops)
+                # Send what can no longer change: not a partial UTF-8 character, not a possible stop's start.
+                safe = len(text) if stopped else max(sent, len(text.rstrip("\ufffd")) - hold)
+                if safe > sent:
+                    yield text[sent:safe], None
+                    sent = safe
+                if stopped:
+                    break
+            if last_only and last is not None:
+                text = await self._completion_text(tokens, last)
+            logprobs = await self._logprobs(tokens, last, text, job) if params.log_probs and last else None
+        completion = length - tokens.count
+        self.tokens_counter.labels("out").inc(completion)
+        if len(text) > sent:
+            yield text[sent:], None
+        finish = "stop" if stopped or completion < job.max_tokens else "length"
+        yield "", Result(text=echo + text, prompt_tokens=tokens.count, completion_tokens=completion,
+                         finish_reason=finish, logprobs=logprobs)  # fmt: skip
+
+    async def _tokens(self, job: Job) -> Tokens:
+        """The prompt's tokens, or the 400 when prompt and max_tokens exceed the context."""
+        tokens = await self.backend.tokenize(job.prompt, job.stops, job.max_tokens)
+        if tokens.count + job.max_tokens > self.context_length:
+            raise ApiError(400, f"the prompt has {tokens.count} tokens and max_tokens is {job.max_tokens}: "
+                           f"together over the model's context of {self.context_length} tokens",
+                           param="prompt", code="context_length_exceeded")  # fmt: skip
+        self.tokens_counter.labels("in").inc(tokens.count)
+        return tokens
+
+    async def search(self, job: Job) -> tuple[list[Result], dict[str, int]]:
+        """n > 1 or best_of > 1 (temperature 0, not streamed): FT's beam search with best_of beams,
+        the n best returned, each cut at a stop; usage counts every beam's tokens, as OpenAI bills
+        best_of."""
+        params, stops = job.params, job.stops
+        with upstream():
+            tokens = await self._tokens(job)
+            beams = await self.backend.search(tokens, job.max_tokens, params, job.best_of)
+            results = []
+            for step in beams[: job.n]:
+                text, stopped = cut_at_stop(await self._completion_text(tokens, step), stops)
+                completion = step.sequence_length - tokens.count
+                finish = "stop" if stopped or completion < job.max_tokens else "length"
+                logprobs = await self._logprobs(tokens, step, text, job) if params.log_probs else None
+                results.append(Result(text=(job.prompt if job.echo else "") + text, prompt_tokens=tokens.count,
+                                      completion_tokens=completion, finish_reason=finish,
+                                      logprobs=logprobs))  # fmt: skip
+        generated = sum(step.sequence_length - tokens.count for step in beams)
+        self.tokens_counter.labels("out").inc(generated)
+        return results, {"prompt_tokens": tokens.count, "completion_tokens": generated,
+                         "total_tokens": tokens.count + generated}  # fmt: skip
+
+    async def _completion_text(self, tokens: Tokens, step) -> str:
+        """The new text: the whole sequence decoded less the prompt's text (decoding the new ids
+        alone would drop a SentencePiece tokenizer's leading space). The prompt's text comes
+        with the first step's call (two prefixes of one sequence, one postprocessing call)."""
+        if tokens.text is None:
+            tokens.text, full = await self.backend.detokenize_prefixes(
+                step.output_ids, [tokens.count, step.sequence_length]
+            )
+        else:
+            full = await self.backend.detokenize(step.output_ids, step.sequence_length)
+        if full.startswith(tokens.text):
+            return full[len(tokens.text) :]
+        return await self.backend.detokenize(step.output_ids[:, :, tokens.count :], step.sequence_length - tokens.count)
+
+    async def _logprobs(self, tokens: Tokens, step, text: str, job: Job) -> dict[str, list]:
+        """OpenAI's logprobs from FT's output_log_probs: each new token as the text it adds (the
+        completion decoded up to it and after it, in one postprocessing call), its log probability,
+        its offset in the text; the tokens past a stop sequence left out. With logprobs 1 (greedy
+        only) top_logprobs holds the chosen token, which is the most likely one."""
+        if step.log_probs is None:
+            raise ApiError(502, "tritonserver answered no output_log_probs although is_return_log_probs was sent",
+                           kind="server_error", code="upstream_error")  # fmt: skip
+        new = step.sequence_length - tokens.count
+        fulls = await self.backend.detokenize_prefixes(step.output_ids, [tokens.count + k for k in range(new + 1)])
+        tokens.text = fulls[0] if tokens.text is None else tokens.text
+        so_far = [f[len(tokens.text) :] if f.startswith(tokens.text) else f for f in fulls]
+        offsets = [common_prefix(part, text) for part in so_far]
+        kept = [k for k in range(new) if offsets[k] < len(text) or (k == 0 and not text)]
+        pieces = [text[offsets[k] : max(offsets[k], offsets[k + 1])] for k in kept]
+        values = [float(step.log_probs[k]) for k in kept]
+        top = [{piece: value} for piece, value in zip(pieces, values, strict=True)] if job.logprobs else None
+        return {"tokens": pieces, "token_logprobs": values, "top_logprobs": top,
+                "text_offset": [offsets[k] for k in kept]}  # fmt: skip
+
+    async def result(self, job: Job) -> Result:
+        result = None
+        async for _delta, last in self.run(job, whole=True):
+            result = last
+        assert result is not None  # run() ends with its Result
+        return result
