@@ -1,10 +1,12 @@
 """Benchmark the serving path layer by layer: latency (p50, p95, p99), time to the first token
-and throughput at several concurrencies, through HAProxy, through one gateway, and straight to
-tritonserver (the ensemble over gRPC streaming); and, as the tutorial's "before", transformers'
+and throughput at several concurrencies, through HAProxy, through every host's gateway in turn
+(what HAProxy balances: the difference is HAProxy's), through one gateway, and straight to that
+host's tritonserver (the ensemble over gRPC streaming); and, as the tutorial's "before", transformers'
 generate() in one process on the same machine.
 
     ftfleet bench                      # the lab (make lab first); make bench does both
     ftfleet bench --front http://lb-01:8090 --gateway http://gpu-a100-01:8080 \\
+        --gateways http://gpu-a100-01:8080,http://gpu-a100-02:8080 \\
         --triton-grpc gpu-a100-01:8001 --key "$KEY" --model kogpt --no-baseline
 
 Every request streams (stream: true, greedy, the same prompt and max_tokens), so the first text
@@ -16,6 +18,7 @@ Markdown table and a PNG plot (--out). Requests stay bounded: --requests per tar
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -36,7 +39,9 @@ LAB_KEY = "ftf-lab-key-not-a-secret-0001"  # inventories/lab/group_vars/gpu_host
 
 
 def openai_request(url: str, key: str, model: str, prompt: str, tokens: int) -> Callable[[], tuple[float, float]]:
-    """One streamed completion through an OpenAI-compatible endpoint: (first text, end) in seconds."""
+    """One streamed completion through an OpenAI-compatible endpoint: (first text, end, mean time
+    between text chunks) in seconds. Several URLs (comma-separated) take the calls in turn."""
+    urls, turn = url.split(","), itertools.count()
     body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True}
     headers = {"Authorization": f"Bearer {key}"}
     # One client per thread, its connection kept alive, as the Triton layer keeps its gRPC
@@ -49,7 +54,8 @@ def openai_request(url: str, key: str, model: str, prompt: str, tokens: int) -> 
             local.client = httpx.Client(timeout=300)
             made.append(local.client)
         began, first, last, texts = time.perf_counter(), None, None, 0
-        with local.client.stream("POST", f"{url}/v1/completions", json=body, headers=headers) as answer:
+        target = urls[next(turn) % len(urls)]
+        with local.client.stream("POST", f"{target}/v1/completions", json=body, headers=headers) as answer:
             answer.raise_for_status()
             for line in answer.iter_lines():
                 if line.startswith("data: {") and '"text": ""' not in line:
@@ -208,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--front", default="http://127.0.0.1:18500", help="HAProxy's frontend ('' to skip)")
     parser.add_argument("--gateway", default="http://127.0.0.1:18080", help="one host's gateway ('' to skip)")
+    parser.add_argument("--gateways", default="http://127.0.0.1:18080,http://127.0.0.1:18180",
+                        help="every host's gateway behind --front, comma-separated, asked in turn: what HAProxy "
+                             "balances, so that the two layers differ only by HAProxy ('' to skip)")  # fmt: skip
     parser.add_argument("--triton-grpc", default="127.0.0.1:18001", help="that host's tritonserver gRPC ('' to skip)")
     parser.add_argument("--key", default=LAB_KEY)
     parser.add_argument("--model", default="tiny-gpt2")
@@ -223,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.front:
         layers["HAProxy -> gateway -> Triton"] = openai_request(
             args.front, args.key, args.model, args.prompt, args.tokens
+        )
+    if args.gateways:
+        layers["every host's gateway in turn"] = openai_request(
+            args.gateways, args.key, args.model, args.prompt, args.tokens
         )
     if args.gateway:
         layers["gateway -> Triton"] = openai_request(args.gateway, args.key, args.model, args.prompt, args.tokens)
