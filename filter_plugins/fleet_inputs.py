@@ -312,15 +312,20 @@ def _server_problems(v: Mapping[str, Any]) -> list[str]:
 KEY_FIELDS = ("name", "key", "rate_per_minute", "concurrent_requests", "models", "expires")
 
 
+def _count_problem(value: Any, low: int) -> str:
+    """What is wrong with a limit that must be a whole number >= low (0 meaning none), or ""."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= low:
+        return ""
+    return f"must be a whole number >= {low}" + ("" if low else " (0: no limit)")
+
+
 def _key_field_problems(label: str, item: Mapping[str, Any]) -> list[str]:
     """A key's optional fields: its limits, models and expiry, and nothing else."""
-    problems = []
-    for field, low in (("rate_per_minute", 1), ("concurrent_requests", 0)):
-        value = item.get(field, low)
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            problems.append(
-                f"{label}: {field!r} must be a whole number >= {low}" + (" (0: no limit)" if not low else "")
-            )
+    problems = [
+        f"{label}: {field!r} {why}"
+        for field, low in (("rate_per_minute", 1), ("concurrent_requests", 0))
+        if (why := _count_problem(item.get(field, low), low))
+    ]
     models = item.get("models")
     if models is not None and (not isinstance(models, list) or not models
                                or not all(isinstance(m, str) and m for m in models)):  # fmt: skip
@@ -419,11 +424,11 @@ def gateway_problems(v: Mapping[str, Any]) -> list[str]:
                         "expired), so no client could, nor the serve stage's gate; fix: add the model to a key's "
                         "models, or a new key")  # fmt: skip
     problems += _int_problems(v, 1, ("gateway_port",), 65535)
-    for name, low in (("fleet_api_key_rate_per_minute", 1), ("fleet_api_key_concurrent_requests", 0)):
-        value = v.get(name, low)
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            problems.append(f"{name}={_show(value)}: must be a whole number >= {low}"
-                            + (" (0: no limit)" if low == 0 else ""))  # fmt: skip
+    problems += [
+        f"{name}={_show(v.get(name, low))}: {why}"
+        for name, low in (("fleet_api_key_rate_per_minute", 1), ("fleet_api_key_concurrent_requests", 0))
+        if (why := _count_problem(v.get(name, low), low))
+    ]
     port = v.get("gateway_port")
     clash = [f"triton_server_{n}_port" for n in ("http", "grpc", "metrics")
              if isinstance(port, int) and v.get(f"triton_server_{n}_port") == port]  # fmt: skip

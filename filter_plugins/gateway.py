@@ -53,31 +53,28 @@ from ft_families import AnsibleFilterError
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_sequence_length")
 
 
+def _iso_moment(text: str) -> datetime.date | datetime.datetime | None:
+    """An ISO 8601 date, or date and time ("Z" for UTC allowed), or None."""
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            return datetime.date.fromisoformat(text)
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def key_expiry(value: Any) -> str:
     """fleet_api_keys[].expires -> the moment as ISO 8601 in UTC ("+00:00", which every Python 3
     parses). YAML gives a date or a datetime for unquoted values; a date alone (either way) means
     00:00 UTC of that day, and a time needs its zone. Raises ValueError saying what is wrong."""
-    moment = value
-    if isinstance(value, str):
-        text = value.strip()
-        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-            moment = datetime.date.fromisoformat(text)
-        else:
-            try:
-                moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-            except ValueError:
-                moment = None
-            if moment is None:
-                raise ValueError(f"{value!r} is not a date or a date and time (ISO 8601, e.g. 2027-01-31 or "
-                                 "2027-01-31T18:00Z)")  # fmt: skip
-            if moment.tzinfo is None:
-                raise ValueError(f"{value!r} has no time zone; fix: end it with Z (UTC) or +HH:MM")
-    if isinstance(moment, datetime.datetime):
-        if moment.tzinfo is None:  # a YAML timestamp without a zone is UTC (YAML 1.1)
-            moment = moment.replace(tzinfo=datetime.UTC)
-    elif isinstance(moment, datetime.date):
+    moment = _iso_moment(value.strip()) if isinstance(value, str) else value
+    if isinstance(moment, datetime.datetime) and moment.tzinfo is None:
+        if isinstance(value, str):
+            raise ValueError(f"{value!r} has no time zone; fix: end it with Z (UTC) or +HH:MM")
+        moment = moment.replace(tzinfo=datetime.UTC)  # a YAML timestamp without a zone is UTC (YAML 1.1)
+    if isinstance(moment, datetime.date) and not isinstance(moment, datetime.datetime):
         moment = datetime.datetime(moment.year, moment.month, moment.day, tzinfo=datetime.UTC)
-    else:
+    if not isinstance(moment, datetime.datetime):
         raise ValueError(f"{value!r} is not a date or a date and time (ISO 8601, e.g. 2027-01-31 or 2027-01-31T18:00Z)")
     return moment.astimezone(datetime.UTC).isoformat()
 

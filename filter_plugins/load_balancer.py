@@ -247,9 +247,9 @@ def load_balancer_key_map(backends: Any, hostvars: Any, lb_count: Any = 1) -> li
                 rate = -(-_whole(item.get("rate_per_minute"), default_rate) // share)
                 most = -(-_whole(item.get("concurrent_requests"), default_most) // share)
                 entry = f"{backend['backend']}:{hashlib.sha256(item['key'].encode()).hexdigest()}"
-                if entry in limits:  # hosts of one model that disagree: the lower limit (0 = none)
+                if entry in limits:  # hosts of one model that disagree: the lower limit
                     old_rate, old_most = limits[entry]
-                    rate, most = min(rate, old_rate), min(m for m in (most, old_most) if m) if most or old_most else 0
+                    rate, most = min(rate, old_rate), min(most or old_most, old_most or most)  # 0: no limit
                 limits[entry] = (rate, most)
     return [f"{entry} {rate}:{most}" for entry, (rate, most) in sorted(limits.items())]
 
