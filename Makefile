@@ -38,6 +38,7 @@ $(VENV)/.tests: $(VENV)/.toolchain
 	@echo "$$(date +%T) setup: what the tests add (pyproject.toml's tests list) into $(VENV)"
 	$(call extra,tests)
 	$(PIP_INSTALL) -c constraints.txt -r $(VENV)/tests.txt
+	scripts/ensure-promtool   # the rules' unit tests: promtool from Debian's prometheus, not installed
 	touch $@
 
 # Local version labels (torch's +cpu of a wheel on this machine's disk) are dropped: a pin must

@@ -3,6 +3,9 @@
     ftfleet plan   [--diffs]     check mode with diff: what would change, per host and stage
     ftfleet apply                site.yml: live view per host, then what changed
     ftfleet status [--interval]  each host's model, commit, tp, GPUs, image, unit, health, traffic
+    ftfleet report [--minutes]   the last hour from Prometheus (monitoring stage): a PNG per model
+                                 of requests/s, p95 latency, error ratio, GPU utilization; and the
+                                 alerts that fire
     ftfleet bench  [options]     the serving benchmark per layer (HAProxy, gateway, Triton,
                                  transformers in one process); its own options: ftfleet bench --help
 
@@ -57,6 +60,13 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("apply", parents=[common], help="run site.yml with a live view, then report what changed")
     status = commands.add_parser("status", parents=[common], help="each host's serving state and traffic")
     status.add_argument("--interval", type=float, default=2.0, help="seconds between the two metric samples")
+    report = commands.add_parser("report", help="the fleet's last hour from Prometheus: a picture and the firing alerts")
+    report.add_argument("-i", "--inventory", help="inventory path (default: ansible.cfg's, inventories/lab)")
+    report.add_argument("--prometheus", metavar="URL",
+                        help="Prometheus's URL (default: the inventory's first monitoring host)")  # fmt: skip
+    report.add_argument("--minutes", type=float, default=60.0, help="how far back (60)")
+    report.add_argument("--step", type=float, default=15.0, help="seconds between points (15)")
+    report.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where runs are recorded (./runs)")
     bench = commands.add_parser("bench", add_help=False, help="the serving benchmark: each layer's latency and "
                                 "throughput (ftfleet bench --help)")  # fmt: skip
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
@@ -191,6 +201,50 @@ def tls_days(days: Any) -> str:
     return f"[bold red]{days} (renew)[/]" if days < TLS_RENEW_DAYS else str(days)
 
 
+def fleet_report(args: argparse.Namespace, console: Console) -> int:
+    """runs/<time>-report/: fleet.png, report.json; the firing alerts printed."""
+    from ftfleet import report  # noqa: PLC0415 - matplotlib only for this command
+
+    if args.minutes <= 0 or args.step <= 0:
+        console.print("[red]ftfleet report: --minutes and --step must be positive[/]")
+        return EXIT["usage"]
+    try:
+        url = args.prometheus or report.prometheus_url(args.inventory)
+        data = report.collect(url, args.minutes, args.step)
+    except report.ReportError as err:
+        console.print(f"[red]ftfleet report: {err}[/]", markup=True, highlight=False)
+        return EXIT["error"]
+    run_dir = args.runs_dir / (datetime.now(UTC).strftime("%Y%m%d-%H%M%S") + "-report")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    report.draw(data, run_dir / "fleet.png")
+    (run_dir / "report.json").write_text(json.dumps(data, indent=1) + "\n")
+    table = Table(title=f"Now, from {url}", title_justify="left")
+    for column in ("model", *(p["title"] for p in data["panels"])):
+        table.add_column(column)
+    models = sorted({m for p in data["panels"] for m in p["series"]})
+    for model in models:
+        cells = []
+        for p in data["panels"]:
+            value = report.last(p["series"].get(model, []))
+            cells.append("-" if value is None else f"{value * p['scale']:.3g} {p['unit']}")
+        table.add_row(model, *cells)
+    console.print(table)
+    if data["alerts"]:
+        alerts = Table(title="Firing alerts", title_justify="left")
+        for column in ("alert", "severity", "where", "since", "summary"):
+            alerts.add_column(column)
+        for a in data["alerts"]:
+            labels = a["labels"]
+            where = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("alertname", "severity"))
+            alerts.add_row(labels["alertname"], labels.get("severity", ""), where, a.get("activeAt", "")[:19],
+                           a.get("annotations", {}).get("summary", ""))  # fmt: skip
+        console.print(alerts)
+    else:
+        console.print("No alert fires.")
+    console.print(f"Picture: {run_dir / 'fleet.png'}")
+    return EXIT["ok"]
+
+
 def main(argv: list[str] | None = None) -> int:
     top = parser()
     args, rest = top.parse_known_args(argv)
@@ -214,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import serving_bench  # noqa: PLC0415 - heavy imports only for this command
 
         return serving_bench.main(rest + args.bench_args)
+    if args.command == "report":
+        return fleet_report(args, console)
     words = cmdline(args, "-e", json.dumps({"fleet_status_interval": args.interval}))
     run, runner, run_dir = execute(args, "playbooks/status.yml", words, "ftfleet status", console)
     table, rows = status_table(run_dir)

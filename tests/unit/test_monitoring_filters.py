@@ -1,0 +1,100 @@
+"""Prometheus's scrape targets from the inventory: every layer of every host, labelled by host and
+model; a host added or removed changes its own targets and nothing else."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from ft_families import AnsibleFilterError
+from monitoring import monitoring_scrape_configs, monitoring_targets_summary
+
+PORTS = {"gateway": 8080, "triton": 8002, "dcgm": 9400, "node": 9100, "haproxy": 8405, "prometheus": 9090,
+         "alertmanager": 9093}  # fmt: skip
+GROUPS = {"gpu_hosts": ["gpu-a", "gpu-b", "gpu-c"], "lb_hosts": ["lb-1"], "monitoring_hosts": ["mon-1"]}
+HOSTVARS = {
+    "gpu-a": {"fleet_model": {"name": "kogpt"}},
+    "gpu-b": {"fleet_model": {"name": "kogpt"}, "ansible_host": "gpu-b.internal", "triton_server_metrics_port": 9002},
+    "gpu-c": {"fleet_model": {"name": "llama7b"}, "fleet_gateway": False},
+    "lb-1": {},
+    "mon-1": {},
+}
+
+
+def targets(configs: list[dict]) -> dict[str, list[tuple[str, dict]]]:
+    return {c["job_name"]: [(s["targets"][0], s["labels"]) for s in c["static_configs"]] for c in configs}
+
+
+def test_every_layer_of_every_host_with_host_and_model_labels():
+    got = targets(monitoring_scrape_configs(GROUPS, HOSTVARS, PORTS))
+    assert got == {
+        "gateway": [("gpu-a:8080", {"instance": "gpu-a", "model": "kogpt"}),
+                    ("gpu-b.internal:8080", {"instance": "gpu-b", "model": "kogpt"})],
+        "triton": [("gpu-a:8002", {"instance": "gpu-a", "model": "kogpt"}),
+                   ("gpu-b.internal:9002", {"instance": "gpu-b", "model": "kogpt"}),
+                   ("gpu-c:8002", {"instance": "gpu-c", "model": "llama7b"})],
+        "dcgm": [("gpu-a:9400", {"instance": "gpu-a", "model": "kogpt"}),
+                 ("gpu-b.internal:9400", {"instance": "gpu-b", "model": "kogpt"}),
+                 ("gpu-c:9400", {"instance": "gpu-c", "model": "llama7b"})],
+        "node": [("gpu-a:9100", {"instance": "gpu-a"}), ("gpu-b.internal:9100", {"instance": "gpu-b"}),
+                 ("gpu-c:9100", {"instance": "gpu-c"}), ("lb-1:9100", {"instance": "lb-1"}),
+                 ("mon-1:9100", {"instance": "mon-1"})],
+        "haproxy": [("lb-1:8405", {"instance": "lb-1"})],
+        "prometheus": [("mon-1:9090", {"instance": "mon-1"})],
+        "alertmanager": [("mon-1:9093", {"instance": "mon-1"})],
+    }  # fmt: skip
+
+
+def test_a_host_added_or_removed_changes_its_own_targets_only():
+    before = monitoring_scrape_configs(GROUPS, HOSTVARS, PORTS)
+    groups = {**GROUPS, "gpu_hosts": [*GROUPS["gpu_hosts"], "gpu-d"]}
+    hostvars = {**HOSTVARS, "gpu-d": {"fleet_model": {"name": "llama7b"}}}
+    after = monitoring_scrape_configs(groups, hostvars, PORTS)
+    added = {job: [t for t in rows if t not in targets(before)[job]] for job, rows in targets(after).items()}
+    assert {job: rows for job, rows in added.items() if rows} == {
+        job: [(f"gpu-d:{PORTS[job]}", {"instance": "gpu-d", **({} if job == "node" else {"model": "llama7b"})})]
+        for job in ("gateway", "triton", "dcgm", "node")
+    }
+    # removed again: exactly the first configuration
+    assert monitoring_scrape_configs(GROUPS, HOSTVARS, PORTS) == before
+
+
+def test_a_host_in_several_groups_is_one_node_target_and_overrides_win():
+    groups = {"gpu_hosts": ["gpu-a"], "lb_hosts": ["lab-lb"], "monitoring_hosts": ["lab-lb"]}
+    hostvars = {"gpu-a": {"fleet_model": {"name": "tiny"}, "fleet_require_gpus": False,
+                          "monitoring_targets": {"gateway": "127.0.0.1:18080"}},
+                "lab-lb": {"monitoring_targets": {"node": "127.0.0.1:19100"}}}  # fmt: skip
+    got = targets(monitoring_scrape_configs(groups, hostvars, PORTS))
+    assert got["node"] == [("gpu-a:9100", {"instance": "gpu-a"}), ("127.0.0.1:19100", {"instance": "lab-lb"})]
+    assert got["gateway"] == [("127.0.0.1:18080", {"instance": "gpu-a", "model": "tiny"})]
+    assert "dcgm" not in got  # no GPUs on purpose, no stand-in asked for
+    hostvars["gpu-a"]["dcgm_exporter_enabled"] = True
+    assert targets(monitoring_scrape_configs(groups, hostvars, PORTS))["dcgm"] == [
+        ("gpu-a:9400", {"instance": "gpu-a", "model": "tiny"})]  # fmt: skip
+
+
+def test_https_gateways_are_verified_with_their_names():
+    hostvars = copy.deepcopy(HOSTVARS)
+    hostvars["gpu-a"].update(gateway_tls_cert="PEM", gateway_tls_name="gw-a.example.com")
+    with pytest.raises(AnsibleFilterError, match="prometheus_gateway_ca"):
+        monitoring_scrape_configs(GROUPS, hostvars, PORTS)
+    configs = {c["job_name"]: c for c in monitoring_scrape_configs(GROUPS, hostvars, PORTS, "/etc/prometheus/ca.pem")}
+    assert [s["labels"]["instance"] for s in configs["gateway"]["static_configs"]] == ["gpu-b"]
+    tls = configs["gateway_tls_gpu-a"]
+    assert tls["scheme"] == "https"
+    assert tls["tls_config"] == {"ca_file": "/etc/prometheus/ca.pem", "server_name": "gw-a.example.com"}
+    assert tls["relabel_configs"] == [{"target_label": "job", "replacement": "gateway"}]
+
+
+def test_bad_input_is_refused_with_the_fix():
+    with pytest.raises(AnsibleFilterError, match="expected groups"):
+        monitoring_scrape_configs(["gpu-a"], HOSTVARS, PORTS)
+    with pytest.raises(AnsibleFilterError, match="monitoring_targets must be a mapping"):
+        monitoring_scrape_configs({"lb_hosts": ["lb-1"]}, {"lb-1": {"monitoring_targets": ["x"]}}, PORTS)
+    with pytest.raises(AnsibleFilterError, match=r"no port for job 'haproxy'"):
+        monitoring_scrape_configs({"lb_hosts": ["lb-1"]}, {"lb-1": {}}, {"node": 9100})
+
+
+def test_the_summary_names_hosts_and_addresses():
+    configs = monitoring_scrape_configs({"lb_hosts": ["lb-1"]}, {"lb-1": {}}, PORTS)
+    assert monitoring_targets_summary(configs) == ["node: lb-1 (lb-1:9100)", "haproxy: lb-1 (lb-1:8405)"]
