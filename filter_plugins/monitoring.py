@@ -83,12 +83,16 @@ def _flag(value: Any, default: bool) -> bool:
 def _address(host: str, v: Mapping, job: str, ports: Mapping) -> str:
     targets = v.get("monitoring_targets") or {}
     if not isinstance(targets, Mapping):
-        raise AnsibleFilterError(f"monitoring_scrape_configs: {host}: monitoring_targets must be a mapping of job to address")
+        raise AnsibleFilterError(
+            f"monitoring_scrape_configs: {host}: monitoring_targets must be a mapping of job to address"
+        )
     if targets.get(job):
         return str(targets[job])
     port = v.get(PORT_VARS[job]) or ports.get(job)
     if not port:
-        raise AnsibleFilterError(f"monitoring_scrape_configs: no port for job {job!r} (host {host}); fix: ports[{job!r}]")
+        raise AnsibleFilterError(
+            f"monitoring_scrape_configs: no port for job {job!r} (host {host}); fix: ports[{job!r}]"
+        )
     return f"{v.get('ansible_host') or host}:{port}"
 
 
@@ -127,26 +131,29 @@ def monitoring_scrape_configs(groups: Any, hostvars: Any, ports: Any, ca_file: s
 
     configs = []
     for job, targets in jobs.items():
-        if not targets:
-            continue
         if job == "gateway" and tls:
-            if not ca_file:
-                raise AnsibleFilterError(
-                    f"monitoring_scrape_configs: gateways {sorted(tls)} serve HTTPS; fix: prometheus_gateway_ca "
-                    "(the CA that issued their certificates)"
-                )
-            plain = [t for t in targets if t["labels"]["instance"] not in tls]
-            if plain:
-                configs.append({"job_name": job, "static_configs": plain})
-            # One job per HTTPS gateway: each is verified with its own name (one job, one tls_config).
-            for t in targets:
-                host = t["labels"]["instance"]
-                if host in tls:
-                    configs.append({"job_name": f"{job}_tls_{host}", "scheme": "https", "tls_config": tls[host],
-                                    "static_configs": [t],
-                                    "relabel_configs": [{"target_label": "job", "replacement": job}]})  # fmt: skip
-            continue
-        configs.append({"job_name": job, "static_configs": targets})
+            configs += _gateway_jobs(targets, tls, ca_file)
+        elif targets:
+            configs.append({"job_name": job, "static_configs": targets})
+    return configs
+
+
+def _gateway_jobs(targets: list[dict], tls: dict[str, dict], ca_file: str) -> list[dict]:
+    """The plain gateways in one job; each HTTPS gateway in a job of its own (one job, one
+    tls_config: each is verified with its own name), relabelled job="gateway"."""
+    if not ca_file:
+        raise AnsibleFilterError(
+            f"monitoring_scrape_configs: gateways {sorted(tls)} serve HTTPS; fix: prometheus_gateway_ca "
+            "(the CA that issued their certificates)"
+        )
+    plain = [t for t in targets if t["labels"]["instance"] not in tls]
+    configs = [{"job_name": "gateway", "static_configs": plain}] if plain else []
+    for t in targets:
+        host = t["labels"]["instance"]
+        if host in tls:
+            relabel = [{"target_label": "job", "replacement": "gateway"}]
+            configs.append({"job_name": f"gateway_tls_{host}", "scheme": "https", "tls_config": tls[host],
+                            "static_configs": [t], "relabel_configs": relabel})  # fmt: skip
     return configs
 
 

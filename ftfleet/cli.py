@@ -60,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("apply", parents=[common], help="run site.yml with a live view, then report what changed")
     status = commands.add_parser("status", parents=[common], help="each host's serving state and traffic")
     status.add_argument("--interval", type=float, default=2.0, help="seconds between the two metric samples")
-    report = commands.add_parser("report", help="the fleet's last hour from Prometheus: a picture and the firing alerts")
+    report = commands.add_parser("report", help="the fleet's last hour from Prometheus: a picture, the firing alerts")
     report.add_argument("-i", "--inventory", help="inventory path (default: ansible.cfg's, inventories/lab)")
     report.add_argument("--prometheus", metavar="URL",
                         help="Prometheus's URL (default: the inventory's first monitoring host)")  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -18,12 +19,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-# Panel title, PromQL (a series per model), unit, scale.
+# Panel title, PromQL (a series per model), unit, scale, the least top of its axis.
 PANELS = [
-    ("requests/s", "model:ftgateway_requests:rate1m", "req/s", 1.0),
-    ("p95 latency", "model:ftgateway_request_seconds:p95_1m", "s", 1.0),
-    ("error ratio (5xx)", "model:ftgateway_request_errors:ratio_rate1m", "%", 100.0),
-    ("GPU utilization", "avg by (model) (instance:dcgm_gpu_utilization:avg)", "%", 100.0),
+    ("requests/s", "model:ftgateway_requests:rate1m", "req/s", 1.0, 1.0),
+    ("p95 latency", "model:ftgateway_request_seconds:p95_1m", "s", 1.0, 0.1),
+    ("error ratio (5xx)", "model:ftgateway_request_errors:ratio_rate1m", "%", 100.0, 1.0),
+    ("GPU utilization", "avg by (model) (instance:dcgm_gpu_utilization:avg)", "%", 100.0, 100.0),
 ]
 
 
@@ -34,7 +35,10 @@ class ReportError(Exception):
 def prometheus_url(inventory: str | None) -> str:
     """The first monitoring host's Prometheus, from the inventory: its monitoring_targets.prometheus,
     else <ansible_host or name>:<prometheus_port or 9090>."""
-    words = ["ansible-inventory", "--list", *(["-i", inventory] if inventory else [])]
+    # Beside this Python (the virtualenv's), as ansible-runner finds ansible-playbook.
+    beside = Path(sys.executable).parent / "ansible-inventory"
+    program = str(beside) if beside.exists() else "ansible-inventory"
+    words = [program, "--list", *(["-i", inventory] if inventory else [])]
     done = subprocess.run(words, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise ReportError(f"ansible-inventory failed: {done.stderr.strip()[-500:]}")
@@ -53,7 +57,7 @@ def ask(url: str, path: str, **params: Any) -> Any:
     """GET <url>/api/v1/<path> and its data, or ReportError."""
     full = f"{url.rstrip('/')}/api/v1/{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
     try:
-        with urllib.request.urlopen(full, timeout=30) as answer:  # noqa: S310 - an operator's URL
+        with urllib.request.urlopen(full, timeout=30) as answer:
             body = json.load(answer)
     except (urllib.error.URLError, OSError, ValueError) as err:
         raise ReportError(f"Prometheus at {url} did not answer {path}: {err}") from err
@@ -76,14 +80,14 @@ def firing(url: str) -> list[dict[str, Any]]:
     """The alerts that fire now, most severe first."""
     alerts = [a for a in ask(url, "alerts").get("alerts", []) if a.get("state") == "firing"]
     rank = {"critical": 0, "warning": 1}
-    return sorted(alerts, key=lambda a: (rank.get(a["labels"].get("severity", ""), 2), a["labels"].get("alertname", "")))
+    return sorted(alerts, key=lambda a: (rank.get(a["labels"].get("severity", ""), 2), a["labels"]["alertname"]))
 
 
 def collect(url: str, minutes: float, step: float, now: float | None = None) -> dict[str, Any]:
     end = time.time() if now is None else now
     start = end - minutes * 60
-    panels = [{"title": title, "expr": expr, "unit": unit, "scale": scale,
-               "series": series(url, expr, start, end, step)} for title, expr, unit, scale in PANELS]  # fmt: skip
+    panels = [{"title": title, "expr": expr, "unit": unit, "scale": scale, "top": top,
+               "series": series(url, expr, start, end, step)} for title, expr, unit, scale, top in PANELS]  # fmt: skip
     return {"prometheus": url, "start": start, "end": end, "step": step, "panels": panels, "alerts": firing(url)}
 
 
@@ -96,9 +100,10 @@ def draw(report: dict[str, Any], path: Path) -> None:
     import matplotlib  # noqa: PLC0415 - only to draw
 
     matplotlib.use("Agg")
+    from datetime import UTC, datetime  # noqa: PLC0415
+
     import matplotlib.dates as mdates  # noqa: PLC0415
     import matplotlib.pyplot as plt  # noqa: PLC0415
-    from datetime import UTC, datetime  # noqa: PLC0415
 
     fig, axes = plt.subplots(len(report["panels"]), 1, figsize=(10, 2.4 * len(report["panels"])), sharex=True)
     models = sorted({m for p in report["panels"] for m in p["series"]})
@@ -111,7 +116,7 @@ def draw(report: dict[str, Any], path: Path) -> None:
         ax.set_ylabel(panel["unit"])
         ax.set_title(panel["title"], loc="left", fontsize=10)
         ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max(ax.get_ylim()[1] * 1.1, panel["top"]))
         if not panel["series"]:
             ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="grey")
     axes[0].legend(loc="upper left", fontsize=8)
@@ -119,8 +124,8 @@ def draw(report: dict[str, Any], path: Path) -> None:
     axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))
     axes[-1].set_xlabel("UTC")
     names = ", ".join(a["labels"]["alertname"] for a in report["alerts"]) or "none"
-    fig.suptitle(f"ftfleet: the last {round((report['end'] - report['start']) / 60)} minutes from {report['prometheus']}"
-                 f"\nfiring: {names}", fontsize=10)  # fmt: skip
+    minutes = round((report["end"] - report["start"]) / 60)
+    fig.suptitle(f"ftfleet: the last {minutes} minutes from {report['prometheus']}\nfiring: {names}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

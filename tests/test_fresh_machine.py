@@ -149,9 +149,10 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     assert applied["result"] == "ok", applied
     assert set(applied["hosts"]) == {"lab-node1", "lab-node2", "lab-lb"}
     assert all(h["failed"] == 0 and not h["unreachable"] for h in applied["hosts"].values()), applied["hosts"]
-    stages = ["preflight", "gpu_hosts", "images", "models", "serve"]
+    stages = ["preflight", "gpu_hosts", "images", "models", "serve", "monitoring"]
+    lb_stages = ["preflight", "serve", "monitoring"]
     assert {host: list(row) for host, row in applied["changed"].items()} == {
-        "lab-node1": stages, "lab-node2": stages, "lab-lb": ["preflight", "serve"]}, applied["changed"]  # fmt: skip
+        "lab-node1": stages, "lab-node2": stages, "lab-lb": lb_stages}, applied["changed"]  # fmt: skip
     # The GPU-only roles say that they skip (ftfleet prints what the roles say).
     for role in ("nvidia_driver", "nvidia_container_toolkit", "ft_gemm_tune"):
         assert re.search(rf"{role}: lab-node1 has no", out), f"{role} did not announce its skip"
@@ -168,7 +169,7 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     again = report("apply")
     assert again["run_dir"] != applied["run_dir"]
     unchanged = {"lab-node1": dict.fromkeys(stages, 0), "lab-node2": dict.fromkeys(stages, 0),
-                 "lab-lb": {"preflight": 0, "serve": 0}}  # fmt: skip
+                 "lab-lb": {"preflight": 0, "serve": 0, "monitoring": 0}}  # fmt: skip
     assert again["changed"] == unchanged, again
     assert completion(out) == served
     # docs/testing.md: about 55 s on 2 cores (the goal is 60 s); the bound leaves room for a slower machine.
@@ -180,6 +181,7 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     a_rollout_over_both_hosts_under_load_drops_no_request()
     status_shows_both_hosts_serving()
     plan_previews_a_gpu_change_without_changing_it()
+    prometheus_sees_every_layer_the_load_and_a_host_going_down_and_back()
 
     down, _ = inside("make lab-down")
     assert down.returncode == 0, down.stdout + down.stderr
@@ -393,3 +395,105 @@ def plan_previews_a_gpu_change_without_changing_it() -> None:
     served_config = "/srv/ftfleet/models/tiny-gpt2/fastertransformer/config.pbtxt"
     still, _ = inside(f"docker exec lab-node1 grep -c '/fastertransformer/1/1-gpu\"' {served_config}")
     assert still.stdout.strip() == "1", "check mode changed the served config.pbtxt"
+
+
+# Prometheus on lab-lb (inventories/lab/group_vars/monitoring_hosts): scrape and evaluation every
+# 5 s, FleetHostDown after 30 s.
+MONITORING_CHECK = r"""
+import json, subprocess, sys, time, urllib.parse, urllib.request
+PROMETHEUS, ALERTMANAGER = "http://127.0.0.1:19090", "http://127.0.0.1:19093"
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)
+def query(expr):
+    return get(PROMETHEUS + "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))["data"]["result"]
+def host_down():  # FleetHostDown of lab-node1's tritonserver: its state in Prometheus, or None
+    for a in get(PROMETHEUS + "/api/v1/alerts")["data"]["alerts"]:
+        if a["labels"]["alertname"] == "FleetHostDown" and a["labels"].get("instance") == "lab-node1" \
+                and a["labels"].get("job") == "triton":
+            return a["state"]
+    return None
+out = {"targets": sorted([t["labels"]["job"], t["labels"]["instance"], t["health"]]
+                         for t in get(PROMETHEUS + "/api/v1/targets")["data"]["activeTargets"])}
+load = subprocess.run([".venv/bin/python", "scripts/ftfleet-load", "--key", sys.argv[1], "--model", "tiny-gpt2",
+                       "--clients", "4", "--interval", "0.1", "--seconds", "20", "--max-requests", "200"],
+                      capture_output=True, text=True, check=True)
+out["load"] = json.loads(load.stdout.strip().splitlines()[-1])
+time.sleep(12)  # two scrapes and an evaluation
+out["recorded"] = {name: [[r["metric"].get("model"), r["metric"].get("instance"), r["metric"].get("direction"),
+                           float(r["value"][1])] for r in query(name)]
+                   for name in ("model:ftgateway_requests:rate1m", "model:ftgateway_request_seconds:p95_1m",
+                                "model_instance:ftgateway_tokens:rate1m", "instance:dcgm_gpu_utilization:avg",
+                                "model:ftgateway_request_errors:ratio_rate1m")}
+report = subprocess.run([".venv/bin/ftfleet", "report", "--minutes", "10", "--step", "5"], capture_output=True,
+                        text=True)
+out["report"] = [report.returncode, report.stdout[-2000:] + report.stderr[-2000:]]
+subprocess.run(["docker", "exec", "lab-node1", "systemctl", "stop", "triton-tiny-gpt2"], check=True)
+stopped, states = time.monotonic(), []
+while time.monotonic() - stopped < 120 and host_down() != "firing":
+    states.append(host_down())
+    time.sleep(1)
+out["fired_after"] = round(time.monotonic() - stopped, 1)
+out["states"] = sorted(set(map(str, states)))
+firing_report = subprocess.run([".venv/bin/ftfleet", "report", "--minutes", "10", "--step", "5"],
+                               capture_output=True, text=True)
+out["firing_report"] = [firing_report.returncode, firing_report.stdout[-3000:]]
+received = []
+for _ in range(30):
+    received = [a["labels"]["alertname"] for a in get(ALERTMANAGER + "/api/v2/alerts")
+                if a["labels"].get("instance") == "lab-node1"]
+    if "FleetHostDown" in received:
+        break
+    time.sleep(1)
+out["alertmanager"] = received
+subprocess.run(["docker", "exec", "lab-node1", "systemctl", "start", "triton-tiny-gpt2"], check=True)
+started = time.monotonic()
+while time.monotonic() - started < 180 and host_down() is not None:
+    time.sleep(1)
+out["resolved_after"] = round(time.monotonic() - started, 1)
+out["still"] = host_down()
+print(json.dumps(out))
+"""
+
+
+def prometheus_sees_every_layer_the_load_and_a_host_going_down_and_back() -> None:
+    """Prometheus scrapes all 12 targets of the lab (every layer of every host); a bounded load
+    through HAProxy shows in the recording rules and in `ftfleet report`; lab-node1's tritonserver
+    stopped makes FleetHostDown fire within its `for:` (30 s) plus two scrape intervals (5 s each),
+    reach Alertmanager and show in the report, and resolve once the server is back."""
+    done, _ = inside(".venv/bin/python -c " + shlex.quote(MONITORING_CHECK) + " " + KEY, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    seen = json.loads(done.stdout)
+    print(
+        f"monitoring on the lab: FleetHostDown fired {seen['fired_after']} s after tritonserver stopped "
+        f"(bound 40 s), resolved {seen['resolved_after']} s after it started; load {seen['load']}"
+    )
+    print("ftfleet report under load:\n" + seen["report"][1])
+    print("ftfleet report while the alert fires:\n" + seen["firing_report"][1])
+    jobs = {
+        "lab-node1": ["dcgm", "gateway", "node", "triton"],
+        "lab-node2": ["dcgm", "gateway", "node", "triton"],
+        "lab-lb": ["alertmanager", "haproxy", "node", "prometheus"],
+    }
+    assert seen["targets"] == sorted([job, host, "up"] for host, js in jobs.items() for job in js), seen["targets"]
+    assert seen["load"]["failed"] == 0, seen["load"]
+    assert seen["load"]["requests"] >= 20, seen["load"]
+    recorded = seen["recorded"]
+    assert [r[0] for r in recorded["model:ftgateway_requests:rate1m"]] == ["tiny-gpt2"], recorded
+    assert recorded["model:ftgateway_requests:rate1m"][0][3] > 0, recorded
+    assert 0 < recorded["model:ftgateway_request_seconds:p95_1m"][0][3] < 30, recorded
+    assert recorded["model:ftgateway_request_errors:ratio_rate1m"][0][3] == 0, recorded
+    tokens = {(r[1], r[2]): r[3] for r in recorded["model_instance:ftgateway_tokens:rate1m"]}
+    assert all(tokens.get((h, d), 0) > 0 for h in ("lab-node1", "lab-node2") for d in ("in", "out")), tokens
+    # the stand-in serves the GPUs each host has, at the recorded utilization
+    assert sorted(r[1] for r in recorded["instance:dcgm_gpu_utilization:avg"]) == ["lab-node1", "lab-node2"]
+    assert seen["report"][0] == 0, seen["report"]
+    assert "tiny-gpt2" in seen["report"][1], seen["report"]
+    assert "No alert fires." in seen["report"][1], seen["report"]
+    assert seen["fired_after"] <= 30 + 2 * 5, seen
+    assert seen["fired_after"] >= 30, seen  # it waited its for:
+    assert "pending" in seen["states"], seen
+    assert seen["firing_report"][0] == 0, seen["firing_report"]
+    assert "FleetHostDown" in seen["firing_report"][1], seen["firing_report"]
+    assert "FleetHostDown" in seen["alertmanager"], seen
+    assert seen["still"] is None, seen

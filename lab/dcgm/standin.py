@@ -37,7 +37,7 @@ def main() -> None:
         body = exposition(f.read(), set(args.gpus.split(",")), args.hostname)
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404)
                 return
@@ -50,7 +50,7 @@ def main() -> None:
         def log_message(self, *_: object) -> None:
             pass
 
-    ThreadingHTTPServer(("0.0.0.0", args.port), Handler).serve_forever()  # noqa: S104 - inside its container
+    ThreadingHTTPServer(("0.0.0.0", args.port), Handler).serve_forever()
 
 
 if __name__ == "__main__":
