@@ -61,6 +61,7 @@ from cuda_compat import container_sms, cuda_sm
 from fleet_model import SAFE_NAME, fleet_model_problems, fleet_model_resolved
 from ft_families import FAMILIES, AnsibleFilterError
 from gateway import gateway_probe_key, key_expiry
+from monitoring import monitoring_input_problems
 
 PROJECT = Path(_HERE).parent
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._/+-]*")
@@ -565,6 +566,7 @@ def fleet_input_problems(provided: Any, gpus: Any = None) -> list[str]:
                                           "ft_gemm_tune_max_input_len", "ft_convert_workers", "ft_convert_timeout",
                                           "ft_gemm_tune_timeout", "container_image_progress_interval",
                                           "container_image_timeout", "nvidia_driver_reboot_timeout"))  # fmt: skip
+    problems += monitoring_input_problems(values)
     branch = values.get("nvidia_driver_branch")
     if branch is not None and not re.fullmatch(r"\d{3}", str(branch)):
         problems.append(f"nvidia_driver_branch={_show(branch)}: must be a driver branch such as '535'")
@@ -582,7 +584,8 @@ def fleet_input_names(names: Any) -> list[str]:
     """From a list of variable names, those this check reads: fleet_* and every role's prefix."""
     if not isinstance(names, list | tuple):
         raise AnsibleFilterError(f"fleet_input_names: expected a list of names, got {type(names).__name__}")
-    return sorted(n for n in names if isinstance(n, str) and (n.startswith("fleet_") or _role_of(n)))
+    return sorted(n for n in names if isinstance(n, str)
+                  and (n.startswith("fleet_") or n == "monitoring_targets" or _role_of(n)))  # fmt: skip
 
 
 def ft_model_params_problems(hf_config: Any, family: Any) -> list[str]:

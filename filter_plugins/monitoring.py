@@ -19,7 +19,11 @@ description:
     node_exporter_port, load_balancer_metrics_port, prometheus_port, alertmanager_port) or ports.
   - A gateway that serves HTTPS (gateway_tls_cert) is scraped over HTTPS, verified against
     ca_file with its gateway_tls_name (else its inventory name).
-  - monitoring_targets_summary turns scrape_configs into "job: n targets" lines (for the run's log).
+  - monitoring_targets_summary turns scrape_configs into "job: host (address), ..." lines.
+  - monitoring_input_problems takes a host's variables and returns what preflight refuses of the
+    monitoring stage's: durations that are not Prometheus durations, ratios outside (0, 1],
+    thresholds that are not positive numbers, ports out of range, monitoring_targets that are not
+    host:port.
 options:
   _input:
     description: Ansible's groups.
@@ -51,6 +55,7 @@ _value:
   elements: dict
 """
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -166,9 +171,68 @@ def monitoring_targets_summary(configs: Any) -> list[str]:
     return lines
 
 
+# Prometheus's duration: units from the largest, each at most once (model.ParseDuration).
+DURATION = re.compile(r"(?!$)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?")
+DURATIONS = ("prometheus_scrape_interval", "prometheus_evaluation_interval", "prometheus_retention",
+             "prometheus_alert_host_down_for", "prometheus_alert_model_down_for", "prometheus_alert_error_ratio_for",
+             "prometheus_alert_latency_for", "prometheus_alert_ttft_for", "prometheus_alert_gpu_memory_for",
+             "prometheus_alert_gpu_temperature_for", "prometheus_alert_disk_for")  # fmt: skip
+RATIOS = ("prometheus_alert_error_ratio", "prometheus_alert_gpu_memory_ratio", "prometheus_alert_disk_free_ratio")
+POSITIVE = ("prometheus_alert_latency_p95_seconds", "prometheus_alert_ttft_p95_seconds",
+            "prometheus_alert_gpu_temperature_celsius")  # fmt: skip
+PORTS = ("node_exporter_port", "dcgm_exporter_port", "prometheus_port", "alertmanager_port")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _port_problem(name: str, port: Any, low: int = 1) -> list[str]:
+    if isinstance(port, int) and not isinstance(port, bool) and low <= port <= 65535:
+        return []
+    return [f"{name}={port!r}: must be a port (1-65535)" + (", or 0 for none" if low == 0 else "")]
+
+
+def _targets_problems(targets: Any) -> list[str]:
+    if not isinstance(targets, Mapping):
+        return ["monitoring_targets: must be a mapping of job to host:port"]
+    problems = []
+    for job, address in targets.items():
+        if job not in PORT_VARS:
+            problems.append(f"monitoring_targets.{job}: no such job (jobs: {', '.join(PORT_VARS)})")
+        elif not re.fullmatch(r"[^\s:/]+:\d{1,5}|\[[0-9a-fA-F:.]+\]:\d{1,5}", str(address)):
+            problems.append(f"monitoring_targets.{job}={address!r}: must be host:port")
+    return problems
+
+
+def monitoring_input_problems(values: Any) -> list[str]:
+    """What preflight refuses of the monitoring stage's variables (each names the fix)."""
+    v = values if isinstance(values, Mapping) else {}
+    problems = [f"{name}={v[name]!r}: not a Prometheus duration; fix: e.g. 30s, 5m, 1h30m, 15d"
+                for name in DURATIONS if name in v and not DURATION.fullmatch(str(v[name]))]  # fmt: skip
+    for name in RATIOS:
+        number = _number(v[name]) if name in v else 0.5
+        if number is None or not 0 < number <= 1:
+            problems.append(f"{name}={v[name]!r}: must be a share between 0 and 1 (0.05 is 5%)")
+    for name in POSITIVE:
+        number = _number(v[name]) if name in v else 1
+        if number is None or number <= 0:
+            problems.append(f"{name}={v[name]!r}: must be a positive number")
+    for name in PORTS:
+        problems += _port_problem(name, v.get(name, 1))
+    problems += _port_problem("load_balancer_metrics_port", v.get("load_balancer_metrics_port", 0), low=0)
+    return problems + _targets_problems(v.get("monitoring_targets", {}))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "monitoring_scrape_configs": monitoring_scrape_configs,
             "monitoring_targets_summary": monitoring_targets_summary,
+            "monitoring_input_problems": monitoring_input_problems,
         }

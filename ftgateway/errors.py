@@ -23,6 +23,10 @@ class ApiError(Exception):
 # gRPC statuses of a tritonserver that is gone or restarting (refused connection, model not loaded
 # yet): nothing was generated, so the request may go to another host. HAProxy retries a 503.
 UNAVAILABLE = ("StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND")
+# What a tritonserver that is stopping answers with another status while it unloads the models
+# (the ensemble finds its step gone; seen on the lab: one 502 while a host's server stopped under
+# load): nothing was generated either.
+UNLOADING = ("has no available versions",)
 RETRY_AFTER_S = 1
 
 
@@ -33,7 +37,7 @@ def upstream_down(message: str) -> ApiError:
 
 def triton_error(err: InferenceServerException) -> ApiError:
     """503 with Retry-After when tritonserver is unavailable (retryable elsewhere), else 502."""
-    if str(err.status()) in UNAVAILABLE:
+    if str(err.status()) in UNAVAILABLE or any(words in (err.message() or "") for words in UNLOADING):
         return upstream_down(f"tritonserver unavailable: {err.message()}")
     return ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error")
 

@@ -16,8 +16,9 @@ generate() makes of the same model and prompt (compared here, outside); a second
 changes nothing and takes under two minutes; a one-host change drains, restarts
 and returns exactly that host; the front wants a key and streams the same text; a rollout over
 both hosts under load drops no request; check mode previews a GPU change on one host without
-changing it; `make lab-down` leaves no lab container and no lab sources. Hosts inside are reached through `docker exec`,
-services on their loopback only."""
+changing it; Prometheus scrapes every layer, records the load and fires (then resolves) the
+host-down alert in time; `make lab-down` leaves no lab container and no lab sources. Hosts
+inside are reached through `docker exec`, services on their loopback only."""
 
 from __future__ import annotations
 
@@ -139,8 +140,8 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     out = first.stdout + first.stderr
     print(f"first make lab on the fresh machine: {took:.0f} s\n{progress(out)}")
     assert first.returncode == 0, out[-8000:]
-    # docs/testing.md: about 280 s on 2 cores (the goal is 300 s); the bound leaves room for a slower machine.
-    assert took < 400, f"make lab took {took:.0f} s"
+    # docs/testing.md: about 315 s on 2 cores before the monitoring stage; room for a slower machine.
+    assert took < 460, f"make lab took {took:.0f} s"
     heavy, _ = inside(".venv/bin/python -c 'import importlib.util as u; print([m for m in (\"torch\", "
                       "\"transformers\") if u.find_spec(m)])'")  # fmt: skip
     assert heavy.stdout.strip() == "[]", f"make lab installed {heavy.stdout.strip()} ({heavy.stderr})"
@@ -172,8 +173,8 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
                  "lab-lb": {"preflight": 0, "serve": 0, "monitoring": 0}}  # fmt: skip
     assert again["changed"] == unchanged, again
     assert completion(out) == served
-    # docs/testing.md: about 55 s on 2 cores (the goal is 60 s); the bound leaves room for a slower machine.
-    assert took < 90, f"the second make lab took {took:.0f} s"
+    # docs/testing.md: about 60 s on 2 cores before the monitoring stage; room for a slower machine.
+    assert took < 120, f"the second make lab took {took:.0f} s"
 
     one_hosts_batch_size_changes_exactly_its_config_unit_and_restart(stages)
     the_front_wants_a_key_and_streams_the_same_text()

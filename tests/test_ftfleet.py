@@ -66,7 +66,14 @@ PLAY = """
 
 
 def test_stages_come_from_site_yml():
-    assert list(dict.fromkeys(stage_of_play().values())) == ["preflight", "gpu_hosts", "images", "models", "serve"]
+    assert list(dict.fromkeys(stage_of_play().values())) == [
+        "preflight",
+        "gpu_hosts",
+        "images",
+        "models",
+        "serve",
+        "monitoring",
+    ]
 
 
 def test_a_run_is_counted_from_its_events(tmp_path):

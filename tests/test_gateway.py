@@ -664,6 +664,21 @@ def test_a_stream_that_tritonserver_drops_is_a_retryable_upstream_error():
     assert (answer.status, answer.code) == (503, "upstream_down")
 
 
+def test_a_server_unloading_its_models_is_retryable_and_other_errors_are_not():
+    """A tritonserver that is stopping unloads the models first: the ensemble answers that its step
+    has no available versions (nothing generated), which HAProxy may retry elsewhere (503); an
+    error about the request itself stays a 502."""
+    from tritonclient.utils import InferenceServerException  # noqa: PLC0415
+
+    from ftgateway.errors import triton_error  # noqa: PLC0415
+
+    unloading = InferenceServerException("Request for unknown model: 'fastertransformer' has no available versions",
+                                         status="StatusCode.INTERNAL")  # fmt: skip
+    assert (triton_error(unloading).status, triton_error(unloading).code) == (503, "upstream_down")
+    wrong = InferenceServerException("unexpected shape for input 'input_ids'", status="StatusCode.INVALID_ARGUMENT")
+    assert (triton_error(wrong).status, triton_error(wrong).code) == (502, "upstream_error")
+
+
 def test_without_tritonserver_health_says_so_and_requests_get_a_server_error(tmp_path):
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"keys": [{"name": "one", "sha256": hash_key(KEY)}]}))

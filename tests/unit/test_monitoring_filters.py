@@ -6,8 +6,10 @@ from __future__ import annotations
 import copy
 
 import pytest
+from fleet_inputs import fleet_input_names, fleet_input_problems
 from ft_families import AnsibleFilterError
-from monitoring import monitoring_scrape_configs, monitoring_targets_summary
+from monitoring import monitoring_input_problems, monitoring_scrape_configs, monitoring_targets_summary
+from test_fleet_inputs import GOOD
 
 PORTS = {"gateway": 8080, "triton": 8002, "dcgm": 9400, "node": 9100, "haproxy": 8405, "prometheus": 9090,
          "alertmanager": 9093}  # fmt: skip
@@ -98,3 +100,44 @@ def test_bad_input_is_refused_with_the_fix():
 def test_the_summary_names_hosts_and_addresses():
     configs = monitoring_scrape_configs({"lb_hosts": ["lb-1"]}, {"lb-1": {}}, PORTS)
     assert monitoring_targets_summary(configs) == ["node: lb-1 (lb-1:9100)", "haproxy: lb-1 (lb-1:8405)"]
+
+
+def test_the_defaults_and_the_labs_settings_pass():
+    assert monitoring_input_problems({}) == []
+    lab = {"prometheus_scrape_interval": "5s", "prometheus_alert_host_down_for": "30s", "prometheus_retention": "15d",
+           "prometheus_alert_error_ratio": 0.05, "prometheus_alert_gpu_memory_ratio": 1,
+           "prometheus_alert_latency_p95_seconds": "30", "prometheus_port": 19090, "load_balancer_metrics_port": 0,
+           "monitoring_targets": {"node": "127.0.0.1:19100", "gateway": "[::1]:8080"}}  # fmt: skip
+    assert monitoring_input_problems(lab) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("prometheus_alert_host_down_for", "2 minutes", "not a Prometheus duration"),
+        ("prometheus_scrape_interval", "", "not a Prometheus duration"),
+        ("prometheus_retention", "5m15d", "not a Prometheus duration"),  # units from the largest
+        ("prometheus_alert_error_ratio", 5, "between 0 and 1"),
+        ("prometheus_alert_disk_free_ratio", 0, "between 0 and 1"),
+        ("prometheus_alert_gpu_memory_ratio", "most", "between 0 and 1"),
+        ("prometheus_alert_ttft_p95_seconds", -1, "positive"),
+        ("prometheus_alert_gpu_temperature_celsius", True, "positive"),
+        ("node_exporter_port", 70000, "must be a port"),
+        ("load_balancer_metrics_port", -1, "or 0 for none"),
+        ("monitoring_targets", ["127.0.0.1:9100"], "mapping of job"),
+        ("monitoring_targets", {"nodes": "127.0.0.1:9100"}, "no such job"),
+        ("monitoring_targets", {"node": "http://127.0.0.1:9100"}, "must be host:port"),
+    ],
+)
+def test_preflight_refuses_bad_monitoring_settings(name, value, message):
+    problems = monitoring_input_problems({name: value})
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(name), problems
+    assert message in problems[0], problems
+
+
+def test_preflight_reads_them_with_every_other_input():
+    assert "monitoring_targets" in fleet_input_names(["monitoring_targets", "unrelated"])
+    problems = fleet_input_problems({**GOOD, "prometheus_alert_error_ratio": 7})
+    assert any(p.startswith("prometheus_alert_error_ratio=7") for p in problems), problems
+    assert fleet_input_problems(GOOD) == []
