@@ -294,6 +294,70 @@ def _validation_error(err: RequestValidationError) -> ApiError:
     return ApiError(400, f"{param or 'body'}: {chosen.get('msg', 'invalid')}", param=param)
 
 
+class BodyLimitAndCounts:
+    """Refuses a POST body over max_request_bytes (413) before any route reads it, and counts the
+    answers that are not streams (a stream counts itself when it ends: Gateway.stream).
+
+    A plain ASGI middleware: Starlette's BaseHTTPMiddleware (@app.middleware) runs each response
+    through a memory stream and a task of its own, a cost paid at every chunk of a stream."""
+
+    def __init__(self, app, gateway: Gateway) -> None:
+        self.app, self.gw, self.limit = app, gateway, gateway.settings.max_request_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route, began = scope["path"], time.monotonic()
+        if scope["method"] == "POST":
+            declared = dict(scope["headers"]).get(b"content-length")
+            if declared is None:  # chunked: read it here, within the limit, then give it to the route
+                receive = await self._buffered(receive)
+            elif not declared.isdigit() or int(declared) > self.limit:
+                receive = None  # the server holds the body to Content-Length: no need to read it
+            if receive is None:
+                too_large = ApiError(413, f"the request body is over {self.limit} bytes", code="request_too_large")
+                await self.gw.fail(too_large, route)(scope, _no_body, send)
+                return
+        if route in ("/metrics", "/healthz"):
+            await self.app(scope, receive, send)
+            return
+        status = "500"
+
+        async def counting(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                kinds = dict(message.get("headers", ())).get(b"content-type", b"")
+                status = "" if kinds.startswith(b"text/event-stream") else str(message["status"])
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body") and status:
+                self.gw.metrics.requests.labels(route, status).inc()
+                self.gw.metrics.latency.labels(route).observe(time.monotonic() - began)
+
+        await self.app(scope, receive, counting)
+
+    async def _buffered(self, receive):
+        """The body's messages read ahead (None when they pass the limit), replayed in order."""
+        messages, size = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                return None
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+
+        async def replay():
+            return messages.pop(0) if messages else await receive()
+
+        return replay
+
+
+async def _no_body():
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
 def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
     gw = Gateway(settings, triton or Triton(settings.triton_grpc, settings.request_timeout_s, settings.tokenizer_dir))
     Caller = Annotated[Key | None, Depends(gw.caller)]
@@ -306,20 +370,7 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
     app = FastAPI(title="ftgateway", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
 
-    @app.middleware("http")
-    async def limits_and_counts(request: Request, call_next):
-        route, began, limit = request.url.path, time.monotonic(), settings.max_request_bytes
-        if request.method == "POST":
-            declared = request.headers.get("content-length")
-            too_large = declared is not None and (not declared.isdigit() or int(declared) > limit)
-            if too_large or len(await request.body()) > limit:
-                return gw.fail(ApiError(413, f"the request body is over {limit} bytes", code="request_too_large"),
-                               route)  # fmt: skip
-        response = await call_next(request)
-        if route not in ("/metrics", "/healthz") and not isinstance(response, StreamingResponse):
-            gw.metrics.requests.labels(route, str(response.status_code)).inc()
-            gw.metrics.latency.labels(route).observe(time.monotonic() - began)
-        return response
+    app.add_middleware(BodyLimitAndCounts, gateway=gw)
 
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, err: ApiError):

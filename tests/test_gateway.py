@@ -488,6 +488,23 @@ def test_bad_requests_get_an_openai_error_and_the_service_keeps_serving(front, b
     assert front.complete(max_tokens=1, temperature=0)["usage"]["completion_tokens"] == 1
 
 
+def test_a_chunked_body_is_held_to_the_same_limit(front):
+    """A body sent without Content-Length (chunked) is read within the limit, then served or refused."""
+
+    def chunks(body: dict):
+        data = json.dumps(body).encode()
+        yield from (data[i : i + 1000] for i in range(0, len(data), 1000))
+
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    url = front.url + "/v1/completions"
+    small = {"model": MODEL, "prompt": "x", "max_tokens": 1, "temperature": 0, "user": "u" * 3000}  # 4 chunks
+    answer = httpx.post(url, content=chunks(small), headers=headers, timeout=30)
+    assert "content-length" not in answer.request.headers and answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["completion_tokens"] == 1
+    answer = httpx.post(url, content=chunks({**small, "prompt": "x" * 5000}), headers=headers, timeout=30)
+    assert answer.status_code == 413 and "over 4096 bytes" in answer.json()["error"]["message"]
+
+
 def test_metrics_count_requests_tokens_and_errors(front):
     front.complete(max_tokens=3, temperature=0)
     front.stream(max_tokens=3, temperature=0)
