@@ -18,20 +18,23 @@ Markdown table and a PNG plot (--out). Requests stay bounded: --requests per tar
 from __future__ import annotations
 
 import argparse
+import http.client
 import itertools
 import json
 import os
 import platform
 import queue
+import ssl
 import statistics
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
-import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,27 +43,47 @@ LAB_KEY = "ftf-lab-key-not-a-secret-0001"  # inventories/lab/group_vars/gpu_host
 
 def openai_request(url: str, key: str, model: str, prompt: str, tokens: int) -> Callable[[], tuple[float, float]]:
     """One streamed completion through an OpenAI-compatible endpoint: (first text, end, mean time
-    between text chunks) in seconds. Several URLs (comma-separated) take the calls in turn."""
-    urls, turn = url.split(","), itertools.count()
-    body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True}
-    headers = {"Authorization": f"Bearer {key}"}
-    # One client per thread, its connection kept alive, as the Triton layer keeps its gRPC
-    # stream and as OpenAI's clients do (a new httpx client per request builds an SSL context
-    # and a connection each time: ~20 ms of the client's own that were counted as the server's).
+    between text chunks) in seconds. Several URLs (comma-separated) take the calls in turn.
+
+    The client is the standard library's http.client, one kept-alive connection per thread and
+    URL (as the Triton layer keeps its gRPC stream, and as OpenAI's clients keep theirs): on a
+    machine where the client shares the cores with the servers, its own CPU is taken from theirs,
+    and httpx (what the openai package uses) costs about three times as much per streamed request
+    (3.7 against 1.2 ms, docs/performance.md), which was charged to the layers under test."""
+    targets, turn = [urlsplit(u) for u in url.split(",")], itertools.count()
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True})
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     local, made = threading.local(), []
 
+    def connection(target) -> http.client.HTTPConnection:
+        kept = local.__dict__.setdefault("connections", {})
+        if target.netloc not in kept:
+            kept[target.netloc] = (
+                http.client.HTTPSConnection(target.netloc, timeout=300, context=ssl.create_default_context())
+                if target.scheme == "https" else http.client.HTTPConnection(target.netloc, timeout=300)
+            )  # fmt: skip
+            made.append(kept[target.netloc])
+        return kept[target.netloc]
+
+    def answer(target) -> http.client.HTTPResponse:
+        conn = connection(target)
+        try:
+            conn.request("POST", f"{target.path.rstrip('/')}/v1/completions", body=body, headers=headers)
+            return conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            conn.close()  # the server closed the kept connection while it was idle: once more, afresh
+            conn.request("POST", f"{target.path.rstrip('/')}/v1/completions", body=body, headers=headers)
+            return conn.getresponse()
+
     def call() -> tuple[float, float]:
-        if not hasattr(local, "client"):
-            local.client = httpx.Client(timeout=300)
-            made.append(local.client)
         began, first, last, texts = time.perf_counter(), None, None, 0
-        target = urls[next(turn) % len(urls)]
-        with local.client.stream("POST", f"{target}/v1/completions", json=body, headers=headers) as answer:
-            answer.raise_for_status()
-            for line in answer.iter_lines():
-                if line.startswith("data: {") and '"text": ""' not in line:
-                    last, texts = time.perf_counter() - began, texts + 1
-                    first = last if first is None else first
+        response = answer(targets[next(turn) % len(targets)])
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {response.read()[:200]!r}")
+        while line := response.readline():  # each server-sent event as it arrives (chunked)
+            if line.startswith(b"data: {") and b'"text": ""' not in line:
+                last, texts = time.perf_counter() - began, texts + 1
+                first = last if first is None else first
         end = time.perf_counter() - began
         return (first if first is not None else end), end, _gap(first, last, texts)
 
@@ -114,36 +137,73 @@ def _gap(first: float | None, last: float | None, texts: int) -> float | None:
     return (last - first) / (texts - 1) if first is not None and last is not None and texts > 1 else None
 
 
-def run_level(call: Callable[[], tuple], concurrency: int, requests: int) -> dict:
-    """`requests` calls from `concurrency` threads; percentiles over the calls, throughput over the wall."""
-    todo, lock, samples, errors = list(range(requests)), threading.Lock(), [], []
+class Level:
+    """One layer at one concurrency: `concurrency` threads kept for the level's rounds (each keeps its
+    connection, as a client does), and the samples of every round."""
 
-    def worker() -> None:
-        while True:
-            with lock:
-                if not todo:
-                    return
-                todo.pop()
+    def __init__(self, call: Callable[[], tuple], concurrency: int) -> None:
+        self.call, self.concurrency = call, concurrency
+        self.pool = ThreadPoolExecutor(concurrency)
+        self.samples: list[tuple] = []
+        self.errors: list[str] = []
+        self.wall = self.cpu = 0.0
+        # Warm up every thread (its connection or stream, the model's first pass): not measured.
+        ready = threading.Barrier(concurrency)  # each warm-up call holds its thread: one on each
+
+        def warm(_: int) -> None:
             try:
-                samples.append(call())
-            except Exception as err:  # counted and reported; the level goes on
-                errors.append(f"{type(err).__name__}: {err}")
+                self.call()  # a layer that cannot answer at all stops the benchmark here
+            finally:
+                ready.wait(timeout=300)
 
-    began = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - began
-    latency = sorted(s[1] for s in samples)
-    first = sorted(s[0] for s in samples)
-    gaps = sorted(s[2] for s in samples if s[2] is not None)
-    pct = lambda xs, p: round(1000 * float(np.percentile(xs, p)), 1) if xs else None  # noqa: E731
-    return {"concurrency": concurrency, "requests": len(samples), "errors": len(errors), "error_kinds": errors[:3],
-            "p50_ms": pct(latency, 50), "p95_ms": pct(latency, 95), "p99_ms": pct(latency, 99),
-            "ttft_p50_ms": pct(first, 50), "itl_p50_ms": pct(gaps, 50),
-            "requests_per_s": round(len(samples) / wall, 2)}  # fmt: skip
+        list(self.pool.map(warm, range(concurrency)))
+
+    def _one(self) -> tuple | str:
+        try:
+            return self.call()
+        except Exception as err:  # counted and reported; the level goes on
+            return f"{type(err).__name__}: {err}"
+
+    def round(self, requests: int) -> None:
+        """`requests` calls over the threads; the wall time counts to the last answer."""
+        began, cpu = time.perf_counter(), time.process_time()  # this process's: the client's own CPU
+        answers = list(self.pool.map(lambda _: self._one(), range(requests)))
+        self.wall += time.perf_counter() - began
+        self.cpu += time.process_time() - cpu
+        self.samples += [a for a in answers if not isinstance(a, str)]
+        self.errors += [a for a in answers if isinstance(a, str)]
+
+    def summary(self) -> dict:
+        """Percentiles over the calls, throughput over the rounds' wall time."""
+        self.pool.shutdown()
+        latency = sorted(s[1] for s in self.samples)
+        first = sorted(s[0] for s in self.samples)
+        gaps = sorted(s[2] for s in self.samples if s[2] is not None)
+        pct = lambda xs, p: round(1000 * float(np.percentile(xs, p)), 1) if xs else None  # noqa: E731
+        return {"concurrency": self.concurrency, "requests": len(self.samples), "errors": len(self.errors),
+                "error_kinds": self.errors[:3], "p50_ms": pct(latency, 50), "p95_ms": pct(latency, 95),
+                "p99_ms": pct(latency, 99), "ttft_p50_ms": pct(first, 50), "itl_p50_ms": pct(gaps, 50),
+                "requests_per_s": round(len(self.samples) / self.wall, 2) if self.wall else None,
+                "client_cpu_ms": round(1000 * self.cpu / len(self.samples), 2) if self.samples else None}  # fmt: skip
+
+
+def run_levels(layers: dict[str, Callable[[], tuple]], levels: list[int], requests: int, rounds: int) -> dict:
+    """Every layer at every concurrency. A level's requests go in `rounds` rounds, the layers taking
+    turns in an order that rotates each round, so that whatever else the machine does at the time
+    (a shared machine drifts by 10-30% within minutes) falls on every layer alike, and the
+    layers' differences are their own. A round has at least two requests per thread."""
+    results: dict[str, list[dict]] = {name: [] for name in layers}
+    for concurrency in levels:
+        per_round = max(-(-requests // rounds), 2 * concurrency)
+        measured = {name: Level(call, concurrency) for name, call in layers.items()}
+        names = list(layers)
+        for turn in range(rounds):
+            for name in names[turn % len(names) :] + names[: turn % len(names)]:
+                measured[name].round(per_round)
+        for name, level in measured.items():
+            results[name].append(level.summary())
+            print(json.dumps({name: results[name][-1]}), flush=True)
+    return results
 
 
 def baseline(checkpoint: Path, prompt: str, tokens: int, requests: int) -> dict:
@@ -180,13 +240,15 @@ def write(results: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "serving.json").write_text(json.dumps(results, indent=2) + "\n")
     rows = ["| layer | concurrency | requests | errors | p50 ms | p95 ms | p99 ms | first token p50 ms "
-            "| between tokens p50 ms | requests/s |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            "| between tokens p50 ms | requests/s | client CPU ms per request |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for layer, levels in results["layers"].items():
         for r in levels:
             first = r["ttft_p50_ms"] if r["ttft_p50_ms"] is not None else "-"
             gap = r.get("itl_p50_ms") if r.get("itl_p50_ms") is not None else "-"
             rows.append(f"| {layer} | {r['concurrency']} | {r['requests']} | {r['errors']} | {r['p50_ms']} | "
-                        f"{r['p95_ms']} | {r['p99_ms']} | {first} | {gap} | {r['requests_per_s']} |")  # fmt: skip
+                        f"{r['p95_ms']} | {r['p99_ms']} | {first} | {gap} | {r['requests_per_s']} | "
+                        f"{r.get('client_cpu_ms', '-')} |")  # fmt: skip
     (out / "serving.md").write_text("\n".join(rows) + "\n")
     import matplotlib  # noqa: PLC0415
 
@@ -223,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt", default="Every role")
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--concurrency", default="1,4,16")
-    parser.add_argument("--requests", type=int, default=48, help="requests per layer and concurrency")
+    parser.add_argument("--requests", type=int, default=96, help="requests per layer and concurrency")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per concurrency, the layers taking turns")
     parser.add_argument("--no-baseline", action="store_true", help="skip transformers' generate() in this process")
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench"))
     args = parser.parse_args(argv)
@@ -244,13 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     machine = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores"
     results = {"model": args.model, "tokens": args.tokens, "prompt": args.prompt, "date": time.strftime("%Y-%m-%d"),
                "machine": machine, "layers": {}}  # fmt: skip
-    for name, call in layers.items():
-        call()  # warm up (connections, the model's first pass)
-        try:
-            results["layers"][name] = [run_level(call, c, max(args.requests, c)) for c in levels]
-        finally:
+    try:
+        results["layers"] = run_levels(layers, levels, args.requests, args.rounds)
+    finally:
+        for call in layers.values():
             call.close()  # its connections and streams (open ones kept the process from exiting)
-        print(json.dumps({name: results["layers"][name]}))
     if not args.no_baseline:
         with tempfile.TemporaryDirectory() as work:
             results["layers"]["transformers generate(), one process"] = [
