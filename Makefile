@@ -10,7 +10,7 @@ export PATH := $(BIN):$(PATH)
 # One scenario: make molecule SCENARIO=git_lfs
 SCENARIO ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help tools setup test-setup lock lint unit harness molecule fresh-test test lab bench registry-bench lab-down clean
+.PHONY: help tools setup test-setup lock lint unit harness molecule fresh-test test lab bench registry-bench lab-crash lab-down clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -80,6 +80,9 @@ bench: lab  ## the lab, then the serving benchmark: each layer's latency and thr
 
 registry-bench: harness test-setup  ## the images and models stages on 1, 2 and 4 hosts, without and with a registry (docs/performance.md)
 	$(BIN)/python scripts/registry-bench
+
+lab-crash: setup  ## on the lab: kill lab-node1's tritonserver, then its gateway, under load; then every gateway down (docs/operations.md)
+	scripts/lab-crash
 
 lab-down: setup  ## remove everything `make lab` created
 	scripts/lab down
