@@ -66,13 +66,13 @@ def openai_request(url: str, key: str, model: str, prompt: str, tokens: int) -> 
         return kept[target.netloc]
 
     def answer(target) -> http.client.HTTPResponse:
-        conn = connection(target)
+        conn, path = connection(target), f"{target.path.rstrip('/')}/v1/completions"
         try:
-            conn.request("POST", f"{target.path.rstrip('/')}/v1/completions", body=body, headers=headers)
+            conn.request("POST", path, body=body, headers=headers)
             return conn.getresponse()
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
             conn.close()  # the server closed the kept connection while it was idle: once more, afresh
-            conn.request("POST", f"{target.path.rstrip('/')}/v1/completions", body=body, headers=headers)
+            conn.request("POST", path, body=body, headers=headers)
             return conn.getresponse()
 
     def call() -> tuple[float, float]:
