@@ -428,7 +428,7 @@ def get_family(name: Any, filter_name: str = "ft_family") -> Family:
 
 def positive_int(value: Any, what: str, filter_name: str) -> int:
     """`value` as a positive int (ints and integer strings), or an error naming it."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise AnsibleFilterError(f"{filter_name}: {what} must be a positive integer, got {value!r}")
     try:
         number = int(value)

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections import defaultdict, deque
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional, Union
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,7 +22,7 @@ from .errors import ApiError, triton_error
 from .generation import Generation, Job, Result, stop_list
 from .triton import SamplingError, Triton, sampling
 
-Number = StrictInt | StrictFloat
+Number = Union[StrictInt, StrictFloat]
 BUFFERED = ("buffered: the fastertransformer model is not decoupled (triton_model_repo_decoupled: false), "
             "so the whole answer comes in one chunk")  # fmt: skip
 
@@ -36,8 +36,8 @@ class GenerateRequest(BaseModel):
     temperature: Number = Field(0, ge=0, le=2)
     top_k: StrictInt = Field(0, ge=0)
     top_p: Number = Field(1.0, ge=0, le=1)
-    stop: StrictStr | list[StrictStr] | None = None
-    seed: StrictInt | None = Field(None, ge=0)
+    stop: Union[StrictStr, list[StrictStr], None] = None
+    seed: Optional[StrictInt] = Field(None, ge=0)
     # Not OpenAI's, but FT's, and accepted by other OpenAI-compatible servers (vLLM, TGI) as an extra.
     repetition_penalty: Number = 1.0
 
@@ -46,20 +46,22 @@ class CompletionRequest(GenerateRequest):
     """OpenAI's completions request. Every parameter is either honoured or refused with a 400."""
 
     model: StrictStr
-    prompt: StrictStr | Annotated[list[StrictStr], Field(min_length=1, max_length=1)]
+    prompt: Union[StrictStr, Annotated[list[StrictStr], Field(min_length=1, max_length=1)]]
     temperature: Number = Field(1.0, ge=0, le=2)
     stream: StrictBool = False
-    stream_options: dict[str, StrictBool] | None = None
+    stream_options: Optional[dict[str, StrictBool]] = None
     n: StrictInt = 1
-    best_of: StrictInt | None = None
-    logprobs: StrictInt | None = None
+    best_of: Optional[StrictInt] = None
+    logprobs: Optional[StrictInt] = None
     echo: StrictBool = False
-    suffix: StrictStr | None = None
+    suffix: Optional[StrictStr] = None
     presence_penalty: Number = 0
     frequency_penalty: Number = 0
-    logit_bias: dict[str, Number] | None = None
-    user: StrictStr | None = None  # the caller's end user: logged nowhere, accepted as OpenAI does
+    logit_bias: Optional[dict[str, Number]] = None
+    user: Optional[StrictStr] = None  # the caller's end user: logged nowhere, accepted as OpenAI does
 
+
+AnyRequest = Union[CompletionRequest, chat.ChatRequest]
 
 # n and best_of above 1 are served by FT's beam search (the n best of best_of beams), which is
 # deterministic: with sampling they would mean independent samples, which FT does not make.
@@ -146,7 +148,7 @@ class Gateway:
         self.metrics.requests.labels(route, str(err.status)).inc()
         return err.response()
 
-    async def caller(self, request: Request) -> Key | None:
+    async def caller(self, request: Request) -> Optional[Key]:
         if self.keys is None:
             return None
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -205,7 +207,7 @@ class Gateway:
                                top_k=body.top_k, top_p=body.top_p, stop=body.stop, seed=body.seed,
                                repetition_penalty=body.repetition_penalty)  # fmt: skip
 
-    def stream(self, body: CompletionRequest | chat.ChatRequest, first: tuple[str, Result | None], rest,
+    def stream(self, body: AnyRequest, first: tuple[str, Optional[Result]], rest,
                decoupled: bool, began: float):  # fmt: skip
         """Server-sent events in OpenAI's chunk shape (completions' or chat's), then [DONE]. With
         stream_options.include_usage, as OpenAI specifies it: every chunk carries "usage": null,
@@ -216,7 +218,7 @@ class Gateway:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         extra = ({} if decoupled else {"ftfleet_streaming": BUFFERED}) | ({"usage": None} if include_usage else {})
 
-        def piece(text: str, finish: str | None, **more: Any) -> dict[str, Any]:
+        def piece(text: str, finish: Optional[str], **more: Any) -> dict[str, Any]:
             if chatting:
                 return chat.chunk(ident, created, self.settings.model, {"content": text} if text else {}, finish,
                                   **more)  # fmt: skip
@@ -243,7 +245,7 @@ class Gateway:
                         if include_usage:
                             yield _event({**piece("", None), "choices": [], "usage": usage(result)})
                         break
-                    item = await anext(rest)
+                    item = await rest.__anext__()
             except ApiError as err:  # after the first chunk: an error event in OpenAI's shape
                 status = str(err.status)
                 self.metrics.errors.labels(status, err.kind).inc()
@@ -273,8 +275,8 @@ def usage(result: Result) -> dict[str, int]:
             "total_tokens": result.prompt_tokens + result.completion_tokens}  # fmt: skip
 
 
-def completion_chunk(ident: str, created: int, model: str, text: str, finish: str | None, *,
-                     logprobs: dict[str, list] | None = None, **extra: Any):  # fmt: skip
+def completion_chunk(ident: str, created: int, model: str, text: str, finish: Optional[str], *,
+                     logprobs: Optional[dict[str, list]] = None, **extra: Any):  # fmt: skip
     choice = {"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}
     return {"id": ident, "object": "text_completion", "created": created, "model": model, "choices": [choice], **extra}
 
@@ -358,9 +360,9 @@ async def _no_body():
     return {"type": "http.request", "body": b"", "more_body": False}
 
 
-def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
+def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
     gw = Gateway(settings, triton or Triton(settings.triton_grpc, settings.request_timeout_s, settings.tokenizer_dir))
-    Caller = Annotated[Key | None, Depends(gw.caller)]
+    Caller = Annotated[Optional[Key], Depends(gw.caller)]
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -399,10 +401,10 @@ def create_app(settings: Settings, triton: Triton | None = None) -> FastAPI:
             return {**chunk, "usage": usage(result)}
         return await streamed(body, body)
 
-    async def streamed(body: CompletionRequest | chat.ChatRequest, generate: GenerateRequest) -> StreamingResponse:
+    async def streamed(body: AnyRequest, generate: GenerateRequest) -> StreamingResponse:
         began = time.monotonic()
         rest = gw.generation.run(gw.job(generate))
-        first = await anext(rest)  # an error before the first text is still a plain HTTP error
+        first = await rest.__anext__()  # an error before the first text is still a plain HTTP error
         try:
             decoupled = await gw.backend.decoupled()
         except InferenceServerException as err:

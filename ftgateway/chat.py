@@ -7,15 +7,13 @@ as transformers renders it: `messages`, `add_generation_prompt`, `bos_token`, `e
 `raise_exception`), else the one the inventory names (gateway_chat_template); the gateway role
 writes it into the settings."""
 
-from __future__ import annotations
-
-from typing import Any, Literal
+from typing import Any, Literal, Optional, Union
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-Number = StrictInt | StrictFloat
+Number = Union[StrictInt, StrictFloat]
 ROLES = ("system", "user", "assistant")
 
 
@@ -28,8 +26,8 @@ class TextPart(BaseModel):
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: StrictStr
-    content: StrictStr | list[TextPart]
-    name: StrictStr | None = None
+    content: Union[StrictStr, list[TextPart]]
+    name: Optional[StrictStr] = None
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
@@ -41,23 +39,23 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: StrictStr
     messages: list[Message]
-    max_tokens: StrictInt | None = Field(None, ge=1)
-    max_completion_tokens: StrictInt | None = Field(None, ge=1)  # OpenAI's newer name for max_tokens
+    max_tokens: Optional[StrictInt] = Field(None, ge=1)
+    max_completion_tokens: Optional[StrictInt] = Field(None, ge=1)  # OpenAI's newer name for max_tokens
     temperature: Number = Field(1.0, ge=0, le=2)
     top_p: Number = Field(1.0, ge=0, le=1)
     top_k: StrictInt = Field(0, ge=0)  # not OpenAI's; FT's, as vLLM and TGI accept it
-    stop: StrictStr | list[StrictStr] | None = None
-    seed: StrictInt | None = Field(None, ge=0)
+    stop: Union[StrictStr, list[StrictStr], None] = None
+    seed: Optional[StrictInt] = Field(None, ge=0)
     repetition_penalty: Number = 1.0  # not OpenAI's; FT's
     stream: StrictBool = False
-    stream_options: dict[str, StrictBool] | None = None
+    stream_options: Optional[dict[str, StrictBool]] = None
     n: StrictInt = 1
     logprobs: StrictBool = False
-    top_logprobs: StrictInt | None = None
+    top_logprobs: Optional[StrictInt] = None
     presence_penalty: Number = 0
     frequency_penalty: Number = 0
-    logit_bias: dict[str, Number] | None = None
-    user: StrictStr | None = None
+    logit_bias: Optional[dict[str, Number]] = None
+    user: Optional[StrictStr] = None
 
 
 REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
@@ -130,7 +128,7 @@ def answer(ident: str, created: int, model: str, text: str, *, finish: str, usag
             "usage": usage}  # fmt: skip
 
 
-def chunk(ident: str, created: int, model: str, delta: dict[str, str], finish: str | None, **extra: Any):
+def chunk(ident: str, created: int, model: str, delta: dict[str, str], finish: Optional[str], **extra: Any):
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
     return {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [choice], **extra}  # fmt: skip

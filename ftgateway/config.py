@@ -92,7 +92,7 @@ class Key:
     def refusal(self, model: str, now: float) -> tuple[int, str, str] | None:
         """Why this key may not call `model` now, as (HTTP status, error code, message), or None."""
         if self.expires is not None and now >= self.expires:
-            moment = datetime.datetime.fromtimestamp(self.expires, datetime.UTC).isoformat()
+            moment = datetime.datetime.fromtimestamp(self.expires, datetime.timezone.utc).isoformat()
             return 401, "expired_api_key", f"the API key {self.name!r} expired at {moment}"
         if self.models and model not in self.models:
             return 403, "model_not_allowed", f"the API key {self.name!r} may not use the model {model!r}"

@@ -1,5 +1,7 @@
 """The gateway's errors in OpenAI's shape, and tritonserver's failures as such errors."""
 
+from __future__ import annotations
+
 from contextlib import contextmanager
 
 from fastapi.responses import JSONResponse

@@ -4,6 +4,8 @@ one from a completions, chat or /generate request) and gives text deltas and a R
 puts them into OpenAI's shapes); it never sees an HTTP request, and it reaches tritonserver only
 through the transport (triton.py). Its failures are the gateway's errors (errors.py)."""
 
+from __future__ import annotations
+
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -58,7 +60,7 @@ def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
 def common_prefix(a: str, b: str) -> int:
     """How many leading characters a and b share."""
     n = 0
-    for x, y in zip(a, b, strict=False):
+    for x, y in zip(a, b):
         if x != y:
             break
         n += 1
@@ -167,7 +169,7 @@ class Generation:
         kept = [k for k in range(new) if offsets[k] < len(text) or (k == 0 and not text)]
         pieces = [text[offsets[k] : max(offsets[k], offsets[k + 1])] for k in kept]
         values = [float(step.log_probs[k]) for k in kept]
-        top = [{piece: value} for piece, value in zip(pieces, values, strict=True)] if job.logprobs else None
+        top = [{piece: value} for piece, value in zip(pieces, values)] if job.logprobs else None
         return {"tokens": pieces, "token_logprobs": values, "top_logprobs": top,
                 "text_offset": [offsets[k] for k in kept]}  # fmt: skip
 

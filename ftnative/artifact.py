@@ -221,7 +221,7 @@ def pull_dir(client, ref: str, directory: Path, inputs: dict, required: list[str
         shutil.rmtree(stale, ignore_errors=True)
     incoming = Path(tempfile.mkdtemp(prefix=f".{directory.name}.pull.", dir=directory.parent))
     try:
-        for layer, title in zip(layers, titles, strict=True):
+        for layer, title in zip(layers, titles):  # titles: one per layer (_layers_of)
             _download(client, ref, layer, incoming / title.split("/")[1])
         empty = [name for name in required if not (incoming / name).is_file() or (incoming / name).stat().st_size == 0]
         if empty:
@@ -244,7 +244,7 @@ def pull(client, ref: str, out: Path, checkpoint: Path, inputs: dict) -> dict:
         shutil.rmtree(stale, ignore_errors=True)
     incoming = Path(tempfile.mkdtemp(prefix=".ftfleet-pull.", dir=checkpoint))
     try:
-        for layer, title in zip(layers, titles, strict=True):
+        for layer, title in zip(layers, titles):  # titles: one per layer (_layers_of)
             kind, name = title.split("/")
             _download(client, ref, layer, (build if kind == "shards" else incoming) / name)
         if not (incoming / "config.json").is_file():

@@ -254,7 +254,7 @@ def convert(
                          started=started, inputs=inputs)  # fmt: skip
     except BaseException as err:
         shutil.rmtree(build, ignore_errors=True)
-        if isinstance(err, CheckpointError | KeyError):
+        if isinstance(err, (CheckpointError, KeyError)):
             raise ConversionError(str(err).strip("'\"")) from None
         raise
     log(f"converted {family} for tp {tp} ({weight_dtype}): {total / 1e6:.1f} MB in {manifest['seconds']} s -> {final}")

@@ -10,13 +10,13 @@ heads in order, so a split of the last axis gives each rank whole heads.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from typing import Callable, Optional  # evaluated below at import: typing's, for 3.8
 
 import numpy as np
 
 from .checkpoint import Checkpoint
 
-Getter = Callable[[Checkpoint, int | None], np.ndarray]
+Getter = Callable[[Checkpoint, Optional[int]], np.ndarray]  # evaluated at import: no "|" on 3.9
 
 
 def _names(*bases: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:

@@ -102,7 +102,7 @@ def _rebuild_tensor(storage, storage_offset, size, stride, *_rest):
     shape, strides = _ints(size, "size"), _ints(stride, "stride")
     if len(shape) != len(strides):
         raise pickle.UnpicklingError(f"size {shape} and stride {strides} differ in rank")
-    last = storage_offset + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+    last = storage_offset + sum((n - 1) * s for n, s in zip(shape, strides))
     if math.prod(shape) and last >= storage.numel:
         raise pickle.UnpicklingError(
             f"a view (offset {storage_offset}, size {shape}, stride {strides}) past its storage of {storage.numel}"

@@ -60,7 +60,7 @@ class TritonPythonModel:
         output_len = pb_utils.get_input_tensor_by_name(request, "request_output_len").as_numpy().reshape(len(ids), -1)
         stops = _word_lists(pb_utils.get_input_tensor_by_name(request, "stop_words_list"), len(ids))
         bads = _word_lists(pb_utils.get_input_tensor_by_name(request, "bad_words_list"), len(ids))
-        columns = zip(ids, lengths, output_len[:, 0], stops, bads, strict=True)
+        columns = zip(ids, lengths, output_len[:, 0], stops, bads)  # each has len(ids) rows
         return [(row[: int(length)].tolist(), int(new), stop, bad) for row, length, new, stop, bad in columns]
 
     def _sampling(self, request):

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_playbook
-from tritonlocal import tiny_model, tritonserver
+from tritonlocal import server_errors, tiny_model, tritonserver
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -175,21 +176,23 @@ def test_int8_with_fp32_is_refused(playbook, tmp_path):
     assert "with fleet_model.data_type=fp32: int8 needs fp16 or bf16" in out
 
 
-def served_repository(playbook, tmp_path: Path, family: str):
+def served_repository(playbook, tmp_path: Path, family: str, python_path: str = ""):
     """A tiny model of the family, its repository as the role writes it for tp 2 and its shards,
     config.pbtxt unchanged but for one parameter telling the stand-in where ftnative is.
+    `python_path` (default: this project and this Python's site-packages) is where the Python
+    backend's models import from besides their interpreter's own.
     Returns (tokenizer, model, repository, shards)."""
     checkpoint = tmp_path / "checkpoint"
     tokenizer, model = tiny_model(family, checkpoint)
     repo = tmp_path / "repos" / family
-    site = Path(transformers.__file__).parents[1]
+    site = python_path or f"{ROOT}:{Path(transformers.__file__).parents[1]}"
     rc, out = render(playbook, tmp_path / "repos", [family], container=str(repo), tokenizer=str(checkpoint),
-                     fleet_tensor_para_size=2, triton_model_repo_python_path=f"{ROOT}:{site}")  # fmt: skip
+                     fleet_tensor_para_size=2, triton_model_repo_python_path=site)  # fmt: skip
     assert rc == 0, out
     shards = convert(checkpoint, repo / "fastertransformer" / "1", family, 2, "fp32", log=lambda _m: None)
     ft_config = repo / "fastertransformer" / "config.pbtxt"
     ft_config.write_text(
-        ft_config.read_text() + f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
+        ft_config.read_text() + f'parameters {{ key: "python_path" value: {{ string_value: "{site}" }} }}\n'
     )
     return tokenizer, model, repo, shards
 
@@ -201,8 +204,41 @@ def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(p
     Python-based backend of that name (backends/fastertransformer/model.py, the CPU stand-in),
     as in the lab's serving image, so Triton validates the real configuration and ensemble."""
     tokenizer, model, repo, _ = served_repository(playbook, tmp_path, family)
+    assert_ensemble_answers(repo, tmp_path, tokenizer, model)
 
-    with tritonserver(repo, tmp_path) as server:
+
+# What fastertransformer_backend's docker/Dockerfile installs for the tokenizing models, unpinned
+# (`pip3 install transformers huggingface_hub tokenizers SentencePiece ...`): on each serving
+# image's Python, pip's choice of today. Binary wheels only: the images have no Rust compiler,
+# and for Python 3.8 the newest tokenizers is a source release that needs one. Beside them the
+# numpy that NGC's Triton images bring for the Python backend, a 1.x (pip keeps a satisfied
+# requirement): the backend's triton_python_backend_utils fails to read BYTES tensors with numpy 2
+# (seen here with 2.2.6: "unpack_from requires a buffer of at least ..." and a dead stub).
+UPSTREAM_TOKENIZING = ["numpy<2", "transformers", "huggingface_hub", "tokenizers", "SentencePiece"]
+
+
+@pytest.mark.parametrize(
+    ("python", "family"),
+    # NGC's Triton images: Python 3.8 up to 23.02 (Ubuntu 20.04: the default 22.04, the KoGPT and
+    # GPT-J guides), 3.10 from 23.04 (Ubuntu 22.04: the prod LLaMA group); docs/testing.md.
+    [("3.8", "gptj"), ("3.10", "llama")],
+)
+def test_the_repository_serves_on_the_serving_images_python(playbook, tmp_path, python, family):
+    """The model repository's Python (preprocessing, postprocessing, tokenizer_model) run by the
+    Python backend's stub for that Python, with the transformers, tokenizers and numpy that pip
+    gives it for upstream's unpinned list, answering through the ensemble as transformers does."""
+    from tritonlocal import installed, python_env  # noqa: PLC0415
+
+    venv = python_env(python, UPSTREAM_TOKENIZING, "--only-binary=:all:")
+    versions = installed(venv, "transformers", "tokenizers", "numpy", "sentencepiece")
+    print(f"Python {python}: {versions}")
+    tokenizer, model, repo, _ = served_repository(playbook, tmp_path, family, python_path=str(ROOT))
+    assert_ensemble_answers(repo, tmp_path, tokenizer, model, python=venv)
+
+
+def assert_ensemble_answers(repo: Path, tmp_path: Path, tokenizer, model, python: Path | None = None) -> None:
+    """The ensemble's answer over HTTP equals transformers' greedy generate(), prompt included."""
+    with tritonserver(repo, tmp_path, python) as server:
         prompt = "Ansible automation that takes bare GPU hosts"
         body = {"inputs": [
             {"name": "INPUT_0", "shape": [1, 1], "datatype": "BYTES", "data": [prompt]},
@@ -212,7 +248,10 @@ def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(p
         ]}  # fmt: skip
         request = urllib.request.Request(f"http://127.0.0.1:{server.http}/v2/models/ensemble/infer",
                                          data=json.dumps(body).encode(), method="POST")  # fmt: skip
-        answer = json.loads(urllib.request.urlopen(request, timeout=60).read())
+        try:
+            answer = json.loads(urllib.request.urlopen(request, timeout=60).read())
+        except urllib.error.HTTPError as err:
+            raise AssertionError(f"{err}: {err.read().decode()}\n{server_errors(server.log)}") from err
     text = next(o for o in answer["outputs"] if o["name"] == "OUTPUT_0")["data"][0]
     ids = tokenizer.encode(prompt)
     model.generation_config.eos_token_id = tokenizer.eos_token_id

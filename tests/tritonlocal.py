@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -77,6 +78,15 @@ def greedy_completion(checkpoint: Path, prompt: str, tokens: int) -> str:
     return tokenizer.decode(out)
 
 
+def venv_version(venv: Path) -> str:
+    """A virtualenv's Python as major.minor, from its pyvenv.cfg."""
+    for line in (venv / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() in ("version", "version_info"):
+            return ".".join(value.strip().split(".")[:2])
+    raise ValueError(f"{venv}/pyvenv.cfg names no version")
+
+
 @dataclass
 class Server:
     http: int
@@ -86,8 +96,12 @@ class Server:
 
 
 @contextlib.contextmanager
-def tritonserver(repo: Path, work: Path) -> Iterator[Server]:
-    """Start tritonserver on 127.0.0.1 with `repo`, wait until ready, stop it afterwards."""
+def tritonserver(repo: Path, work: Path, python: Path | None = None) -> Iterator[Server]:
+    """Start tritonserver on 127.0.0.1 with `repo`, wait until ready, stop it afterwards.
+
+    The Python backend runs on this machine's system python3 (Debian's, with its numpy), or on
+    `python`: a virtualenv of another Python (the serving images' 3.8 or 3.10), whose stub the
+    wheel ships, whose libpython comes from the interpreter the virtualenv was made from."""
     import pytriton  # noqa: PLC0415
 
     server = Path(pytriton.__file__).parent / "tritonserver"
@@ -95,14 +109,21 @@ def tritonserver(repo: Path, work: Path) -> Iterator[Server]:
     backends = work / "backends"
     if not backends.exists():
         shutil.copytree(server / "backends", backends)
-        py = f"{sys.version_info.major}.{sys.version_info.minor}"
+        py = f"{sys.version_info.major}.{sys.version_info.minor}" if python is None else venv_version(python)
         shutil.copy(server / "python_backend_stubs" / py / "triton_python_backend_stub", backends / "python")
         (backends / "fastertransformer").mkdir()
         shutil.copy(ROOT / "ftnative" / "triton_model.py", backends / "fastertransformer" / "model.py")
     ports = Server(free_port(), free_port(), free_port(), work / "tritonserver.log")
     # The stub embeds the system libpython and takes its prefix from the python3 on PATH: keep
     # the system one first, not a virtualenv (whose stdlib may come from another 3.11 build).
-    env = {**os.environ, "PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs")}
+    libs = [str(site / "nvidia_pytriton.libs")]
+    path = "/usr/bin:/bin"
+    if python is not None:  # its bin first (the stub's prefix), its base interpreter's libpython
+        home = Path(next(line.split("=", 1)[1].strip() for line in (python / "pyvenv.cfg").read_text().splitlines()
+                         if line.startswith("home")))  # fmt: skip
+        libs.append(str(home.parent / "lib"))
+        path = f"{python / 'bin'}:{path}"
+    env = {**os.environ, "PATH": path, "LD_LIBRARY_PATH": ":".join(libs)}
     with ports.log.open("w") as log:
         proc = subprocess.Popen(
             [str(server / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={backends}",
@@ -124,3 +145,50 @@ def tritonserver(repo: Path, work: Path) -> Iterator[Server]:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+PYENV = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
+
+
+def other_python(version: str) -> Path:
+    """The interpreter of Python `version` (major.minor) from pyenv; where it is missing the test
+    fails in CI (CI=true: the machines that test this project have 3.8 to 3.13) and skips
+    elsewhere, saying why."""
+    import pytest  # noqa: PLC0415
+
+    found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"))
+    if not found:
+        reason = f"no Python {version} under {PYENV} (pyenv): the test of code that runs on {version} cannot run"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found[-1]
+
+
+def python_env(version: str, requirements: list[str], *pip_args: str) -> Path:
+    """A virtualenv of Python `version` with `requirements` installed from the package index (pip's
+    choice for that Python, with `pip_args`), kept under .cache/pythons/ by its inputs and made
+    again only when they change; `pip check` must pass (the closure is whole)."""
+    import hashlib  # noqa: PLC0415
+
+    inputs = json.dumps([version, requirements, pip_args])
+    venv = ROOT / ".cache" / "pythons" / f"{version}-{hashlib.sha256(inputs.encode()).hexdigest()[:12]}"
+    if (venv / ".ready").is_file():
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([str(other_python(version)), "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
+    done = subprocess.run([*pip, "install", *pip_args, *requirements], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"pip on Python {version}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
+    check = subprocess.run([*pip, "check"], capture_output=True, text=True, check=False)
+    assert check.returncode == 0, f"pip check on Python {version}: {check.stdout}{check.stderr}"
+    (venv / ".ready").write_text(inputs)
+    return venv
+
+
+def installed(venv: Path, *names: str) -> dict[str, str]:
+    """The versions of `names` in a virtualenv (what pip gave that Python), for the test's output."""
+    script = "import importlib.metadata as m, json, sys; print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", script, *names], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    return json.loads(out.stdout)

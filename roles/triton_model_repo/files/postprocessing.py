@@ -20,11 +20,8 @@ class TritonPythonModel(TokenizerModel):
                 else np.full(tokens.shape[:2], tokens.shape[2], dtype=np.uint32)
             )
             texts = [
-                [
-                    self.tokenizer.decode(beam[: int(length)].tolist()).encode()
-                    for beam, length in zip(row, lens, strict=True)
-                ]
-                for row, lens in zip(tokens, lengths, strict=True)
+                [self.tokenizer.decode(beam[: int(length)].tolist()).encode() for beam, length in zip(row, lens)]
+                for row, lens in zip(tokens, lengths)  # lengths: reshaped to tokens' [batch, beam]
             ]
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", np.array(texts, dtype=object))]))
         return responses

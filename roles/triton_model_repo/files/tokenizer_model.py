@@ -16,6 +16,8 @@ from pathlib import Path
 # and the <s> first that LLaMA was trained with.
 EARLY_LLAMA = "LLaMATokenizer"
 LLAMA_SPECIAL = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
+# transformers 5 saves a tokenizer.json-only tokenizer under this class name, which 4.x lacks.
+GENERIC_FAST = "TokenizersBackend"
 
 
 def load_tokenizer(directory: str):
@@ -29,9 +31,13 @@ def load_tokenizer(directory: str):
 
         empty = {name: value for name, value in LLAMA_SPECIAL.items() if not config.get(name)}
         return LlamaTokenizer.from_pretrained(directory, add_bos_token=config.get("add_bos_token", True), **empty)
-    from transformers import AutoTokenizer  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
 
-    return AutoTokenizer.from_pretrained(directory)
+    if config.get("tokenizer_class") == GENERIC_FAST and not hasattr(transformers, GENERIC_FAST):
+        # Saved by transformers 5, served by an image with transformers 4 (pip gives Python 3.8 at
+        # most 4.46): the same tokenizer.json through 4.x's generic fast class.
+        return transformers.PreTrainedTokenizerFast.from_pretrained(directory)
+    return transformers.AutoTokenizer.from_pretrained(directory)
 
 
 class TokenizerModel:
