@@ -47,11 +47,12 @@ lock: test-setup  ## rewrite constraints.txt from the current virtualenv
 	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --all | grep -vE '^(pip|setuptools|wheel)==' | sed -E 's/^([^=]+==[^+]+)\+.*$$/\1/'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
-lint: test-setup  ## yamllint --strict, ansible-lint (production profile), ruff
+lint: test-setup  ## yamllint --strict, ansible-lint (production profile), ruff, vermin per place (scripts/check-pythons)
 	yamllint --strict .
 	ansible-lint
 	ruff check .
 	ruff format --check .
+	$(BIN)/python scripts/check-pythons
 
 unit: test-setup  ## pytest: filter unit tests and playbook-level tests
 	pytest -m "not docker and not lab" -n 2 --dist loadfile --durations=20 --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90

@@ -109,12 +109,16 @@ def ft_model_params(hf_config: Any, family: Any) -> dict[str, Any]:
     return params
 
 
+PARALLELISM = "ft_check_parallelism: "  # the prefix of positive_int's messages for it
+
+
 def _count(value: Any, what: str, problems: list[str]) -> int | None:
     """`value` as a positive int, or None with the problem appended."""
     try:
         return positive_int(value, what, "ft_check_parallelism")
     except AnsibleFilterError as err:
-        problems.append(str(err).removeprefix("ft_check_parallelism: "))
+        message = str(err)  # no str.removeprefix: ftnative imports this on Python 3.8
+        problems.append(message[len(PARALLELISM) :] if message.startswith(PARALLELISM) else message)
         return None
 
 

@@ -152,3 +152,12 @@ def test_prod_inventory_gives_each_host_its_model_gpus_and_ports(tmp_path):
         "gpu-l40s-04.example.com llama-7b tp=2 shards=/m/fastertransformer/1/2-gpu root=/srv/ftfleet http=8100 "
         "token=hf_EXAMPLE_",
     ], out
+
+
+def test_the_docs_table_of_pythons_is_the_checks_own():
+    """docs/testing.md's table of places and Pythons is what scripts/check-pythons checks."""
+    import subprocess  # noqa: PLC0415
+
+    table = subprocess.run([sys.executable, str(ROOT / "scripts" / "check-pythons"), "--table"], capture_output=True,
+                           text=True, check=True).stdout.strip()  # fmt: skip
+    assert table in (ROOT / "docs" / "testing.md").read_text()

@@ -220,8 +220,9 @@ UPSTREAM_TOKENIZING = ["numpy<2", "transformers", "huggingface_hub", "tokenizers
 @pytest.mark.parametrize(
     ("python", "family"),
     # NGC's Triton images: Python 3.8 up to 23.02 (Ubuntu 20.04: the default 22.04, the KoGPT and
-    # GPT-J guides), 3.10 from 23.04 (Ubuntu 22.04: the prod LLaMA group); docs/testing.md.
-    [("3.8", "gptj"), ("3.10", "llama")],
+    # GPT-J guides), 3.10 from 23.04 (Ubuntu 22.04: the prod LLaMA group), 3.12 for 25.04 (Ubuntu
+    # 24.04); docs/testing.md, "Where each file runs".
+    [("3.8", "gptj"), ("3.10", "llama"), ("3.12", "gpt")],
 )
 def test_the_repository_serves_on_the_serving_images_python(playbook, tmp_path, python, family):
     """The model repository's Python (preprocessing, postprocessing, tokenizer_model) run by the
