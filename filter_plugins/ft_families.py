@@ -209,7 +209,15 @@ def _gpt_extra(hf: Mapping[str, Any], p: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _bloom_extra(hf: Mapping[str, Any], p: Mapping[str, Any]) -> dict[str, Any]:
-    # ALiBi instead of learnt positions, a layernorm right after the embedding.
+    # ALiBi instead of learnt positions, a layernorm right after the embedding. FT's converter
+    # writes model_variant bloom-post for a post-layernorm residual (which FT reads as
+    # layernorm_type post_layernorm); every BLOOM checkpoint is pre-layernorm, and the project's
+    # converter and reference decoder model only that.
+    if hf.get("apply_residual_connection_post_layernorm"):
+        raise AnsibleFilterError(
+            "ft_model_params: the bloom config.json sets apply_residual_connection_post_layernorm "
+            "(FT's bloom-post variant), which this project does not convert: only pre-layernorm BLOOM"
+        )
     return {
         "layernorm_eps": hf.get("layer_norm_epsilon", 1e-5),
         "has_positional_encoding": False,

@@ -142,7 +142,7 @@ def ft_config_ini(params: Any, family: Any, weight_dtype: Any, tp: Any) -> str:
     lines += [f"{key} = {_ini_value(params[key])}" for key in keys]
     lines += [f"weight_data_type = {dtype}", f"tensor_para_size = {tp_n}"]
     if fam.name == "bloom":
-        lines.append("model_variant = bloom")
+        lines.append("model_variant = bloom-pre")  # as FT's converter and all_models write it
     return "\n".join(lines) + "\n"
 
 

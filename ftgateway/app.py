@@ -20,6 +20,7 @@ from . import chat
 from .config import ConfigError, Key, Keys, Settings
 from .errors import ApiError, triton_error
 from .generation import Generation, Job, Result, stop_list
+from .tokens import special_ids
 from .triton import SamplingError, Triton, sampling
 
 Number = Union[StrictInt, StrictFloat]
@@ -136,7 +137,8 @@ class Gateway:
         self.settings, self.backend = settings, backend
         self.keys = Keys(settings.keys_file, settings.default_rate_per_minute) if settings.keys_file else None
         self.metrics, self.limiter, self.started = Metrics(), RateLimiter(), int(time.time())
-        self.generation = Generation(backend, settings.context_length, self.metrics.tokens)
+        hidden = special_ids(settings.checkpoint_dir) if settings.checkpoint_dir else frozenset()
+        self.generation = Generation(backend, settings.context_length, self.metrics.tokens, hidden)
         try:
             self.chat_template = chat.Template(settings.chat_template, settings.chat_bos_token,
                                                settings.chat_eos_token)  # fmt: skip

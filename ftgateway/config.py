@@ -37,6 +37,9 @@ class Settings:
     # The checkpoint's directory: its tokenizer.json, used in the gateway where it equals the
     # preprocessing and postprocessing models (empty: always call them).
     tokenizer_dir: str = ""
+    # The checkpoint's directory on this host, whatever tokenizes: its config.json and tokenizer
+    # files name the special tokens whose text answers leave out (tokens.special_ids).
+    checkpoint_dir: str = ""
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Settings:
@@ -50,7 +53,7 @@ class Settings:
             value = raw.get(name, known[name].default)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"setting {name!r} must be a positive integer, got {value!r}")
-        for name in ("chat_template", "chat_bos_token", "chat_eos_token", "tokenizer_dir"):
+        for name in ("chat_template", "chat_bos_token", "chat_eos_token", "tokenizer_dir", "checkpoint_dir"):
             if not isinstance(raw.get(name, ""), str):
                 raise ConfigError(f"setting {name!r} must be a string, got {raw[name]!r}")
         if raw.get("max_tokens_limit", cls.max_tokens_limit) >= raw.get("context_length", cls.context_length):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import numpy as np
 from prometheus_client import Counter
 
 from .errors import ApiError, upstream
@@ -68,8 +69,12 @@ def common_prefix(a: str, b: str) -> int:
 
 
 class Generation:
-    def __init__(self, backend: Triton, context_length: int, tokens_counter: Counter) -> None:
+    def __init__(self, backend: Triton, context_length: int, tokens_counter: Counter,
+                 hidden: frozenset[int] = frozenset()) -> None:  # fmt: skip
         self.backend, self.context_length, self.tokens_counter = backend, context_length, tokens_counter
+        # The special tokens' ids (tokens.special_ids): the model may generate them (its end of
+        # text, with which FT stops), but their text is no part of an answer.
+        self.hidden = np.array(sorted(hidden), dtype=np.uint32)
 
     async def run(self, job: Job, *, whole: bool = False) -> AsyncIterator[tuple[str, Result | None]]:
         """Text deltas as the model produces them; the last item carries the Result. For a whole
@@ -139,19 +144,29 @@ class Generation:
         return results, {"prompt_tokens": tokens.count, "completion_tokens": generated,
                          "total_tokens": tokens.count + generated}  # fmt: skip
 
+    def _visible(self, tokens: Tokens, step) -> tuple[np.ndarray, list[int]]:
+        """The sequence with the special tokens the model generated left out (the prompt's stay:
+        the client sent them), as [1, 1, L'], and for each k the length of the prompt and the
+        first k generated tokens in it."""
+        ids = step.output_ids.reshape(-1)[: step.sequence_length]
+        generated = ids[tokens.count :]
+        keep = ~np.isin(generated, self.hidden)
+        sequence = np.concatenate([ids[: tokens.count], generated[keep]]).astype(np.uint32).reshape(1, 1, -1)
+        return sequence, (tokens.count + np.concatenate([[0], np.cumsum(keep)])).tolist()
+
     async def _completion_text(self, tokens: Tokens, step) -> str:
         """The new text: the whole sequence decoded less the prompt's text (decoding the new ids
-        alone would drop a SentencePiece tokenizer's leading space). The prompt's text comes
-        with the first step's call (two prefixes of one sequence, one postprocessing call)."""
+        alone would drop a SentencePiece tokenizer's leading space), special tokens left out. The
+        prompt's text comes with the first step's call (two prefixes of one sequence, one
+        postprocessing call)."""
+        sequence, lengths = self._visible(tokens, step)
         if tokens.text is None:
-            tokens.text, full = await self.backend.detokenize_prefixes(
-                step.output_ids, [tokens.count, step.sequence_length]
-            )
+            tokens.text, full = await self.backend.detokenize_prefixes(sequence, [tokens.count, lengths[-1]])
         else:
-            full = await self.backend.detokenize(step.output_ids, step.sequence_length)
+            full = await self.backend.detokenize(sequence, lengths[-1])
         if full.startswith(tokens.text):
             return full[len(tokens.text) :]
-        return await self.backend.detokenize(step.output_ids[:, :, tokens.count :], step.sequence_length - tokens.count)
+        return await self.backend.detokenize(sequence[:, :, tokens.count :], lengths[-1] - tokens.count)
 
     async def _logprobs(self, tokens: Tokens, step, text: str, job: Job) -> dict[str, list]:
         """OpenAI's logprobs from FT's output_log_probs: each new token as the text it adds (the
@@ -162,7 +177,8 @@ class Generation:
             raise ApiError(502, "tritonserver answered no output_log_probs although is_return_log_probs was sent",
                            kind="server_error", code="upstream_error")  # fmt: skip
         new = step.sequence_length - tokens.count
-        fulls = await self.backend.detokenize_prefixes(step.output_ids, [tokens.count + k for k in range(new + 1)])
+        sequence, lengths = self._visible(tokens, step)
+        fulls = await self.backend.detokenize_prefixes(sequence, lengths)
         tokens.text = fulls[0] if tokens.text is None else tokens.text
         so_far = [f[len(tokens.text) :] if f.startswith(tokens.text) else f for f in fulls]
         offsets = [common_prefix(part, text) for part in so_far]

@@ -29,6 +29,36 @@ PROBES = (
 )
 
 
+def special_ids(directory: str | Path) -> frozenset[int]:
+    """The ids whose text no answer carries (as vLLM's and TGI's skip_special_tokens): the special
+    tokens the tokenizer declares (tokenizer.json's added tokens, tokenizer_config.json's
+    added_tokens_decoder), the ids config.json and generation_config.json give for bos, eos and
+    pad, and the early LLaMA conversions' <unk>, <s>, </s> (0, 1, 2 of their tokenizer.model)."""
+    path = Path(directory)
+
+    def read(name: str) -> dict:
+        try:
+            data = json.loads((path / name).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    ids = {int(t["id"]) for t in read("tokenizer.json").get("added_tokens") or [] if t.get("special")}
+    tokenizer_config = read("tokenizer_config.json")
+    decoder = tokenizer_config.get("added_tokens_decoder") or {}
+    ids |= {int(key) for key, token in decoder.items() if isinstance(token, dict) and token.get("special")}
+    for name in ("config.json", "generation_config.json"):
+        config = read(name)
+        for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = config.get(field)
+            for one in value if isinstance(value, list) else [value]:
+                if isinstance(one, int) and not isinstance(one, bool) and one >= 0:
+                    ids.add(one)
+    if tokenizer_config.get("tokenizer_class") == "LLaMATokenizer":
+        ids |= {0, 1, 2}
+    return frozenset(ids)
+
+
 class LocalTokenizer:
     def __init__(self, directory: str | Path) -> None:
         from tokenizers import Tokenizer  # noqa: PLC0415 - only where a tokenizer.json exists

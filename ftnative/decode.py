@@ -399,7 +399,7 @@ def read_config(directory: Path) -> tuple[str, dict, str]:
     if section is None:
         raise ModelError(f"{directory}/config.ini: no [gptj], [gpt], [gptneox] or [llama] section")
     raw = ini[section]
-    family = "bloom" if raw.get("model_variant") == "bloom" else _SECTION_FAMILY[section]
+    family = "bloom" if raw.get("model_variant") == "bloom-pre" else _SECTION_FAMILY[section]
     params: dict = {key: int(raw[key]) for key in _INT_KEYS if key in raw}
     for key in ("has_positional_encoding", "has_pre_decoder_layernorm", "has_post_decoder_layernorm",
                 "use_attention_linear_bias", "use_gptj_residual"):  # fmt: skip

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import BIN, ROOT, run_playbook
-from tritonlocal import free_port, tiny_model, tritonserver
+from tritonlocal import free_port, start_gateway, tiny_model, tritonserver
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -87,23 +87,8 @@ class Front:
 
 
 def _gateway(settings: dict, work: Path, *tls: str) -> tuple[subprocess.Popen, str]:
-    """`python -m ftgateway` on a free port of 127.0.0.1 (with --ssl-certfile/--ssl-keyfile if tls)."""
-    config = work / f"gateway-{free_port()}.json"
-    config.write_text(json.dumps(settings))
-    port = free_port()
-    log = (work / f"gateway-{port}.log").open("w")
-    extra = ["--ssl-certfile", tls[0], "--ssl-keyfile", tls[1]] if tls else []
-    proc = subprocess.Popen([str(BIN / "python"), "-m", "ftgateway", "--config", str(config), "--port", str(port),
-                             *extra], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    url, deadline = f"{'https' if tls else 'http'}://127.0.0.1:{port}", time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(url + "/metrics", timeout=2, verify=tls[0] if tls else True)
-            return proc, url
-        except httpx.TransportError:
-            assert proc.poll() is None, (work / f"gateway-{port}.log").read_text()
-            assert time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.3)
+    proc, url, _log = start_gateway(settings, work, *tls)
+    return proc, url
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "decoupled"])
@@ -131,7 +116,8 @@ def front(request, tmp_path_factory) -> Iterator[Front]:
                     "max_tokens_limit": 64, "max_request_bytes": 4096, "keys_file": str(keys_file),
                     "chat_template": H2O_TEMPLATE,
                     # the decoupled front tokenizes in the gateway (tokens.py), the plain one calls the models
-                    "tokenizer_dir": str(checkpoint) if request.param else ""}  # fmt: skip
+                    "tokenizer_dir": str(checkpoint) if request.param else "",
+                    "checkpoint_dir": str(checkpoint)}  # fmt: skip
         proc, url = _gateway(settings, work)
         try:
             yield Front(url, request.param, keys_file, tokenizer, model, shards, settings["triton_grpc"], checkpoint)
@@ -141,13 +127,14 @@ def front(request, tmp_path_factory) -> Iterator[Front]:
 
 
 def reference(front: Front, new: int) -> str:
-    """transformers' greedy generate() on the same model: the prompt and what follows it."""
+    """transformers' greedy generate() on the same model: the prompt and what follows it, special
+    tokens left out (as the gateway answers)."""
     ids = front.tokenizer.encode(PROMPT)
     front.model.generation_config.eos_token_id = front.tokenizer.eos_token_id
     with torch.no_grad():
         out = front.model.generate(torch.tensor([ids]), max_new_tokens=new, do_sample=False,
                                    pad_token_id=front.tokenizer.eos_token_id)[0].tolist()  # fmt: skip
-    return front.tokenizer.decode(out)
+    return front.tokenizer.decode(out, skip_special_tokens=True)
 
 
 def test_a_greedy_completion_equals_transformers_with_usage(front):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_playbook
-from tritonlocal import free_port, greedy_completion, python_env, tiny_model, tritonserver
+from tritonlocal import greedy_completion, python_env, start_gateway, tiny_model, tritonserver
 
 transformers = pytest.importorskip("transformers")
 httpx = pytest.importorskip("httpx")
@@ -114,27 +114,12 @@ def digests(directory: Path) -> dict[str, str]:
     return out
 
 
-def start_gateway(python: Path, served: dict, version: str) -> tuple[subprocess.Popen, str, Path]:
-    work = served["work"]
-    settings = {"model": "tiny", "triton_grpc": served["grpc"], "context_length": 128, "max_tokens_limit": 64,
-                "max_request_bytes": 4096, "keys_file": str(work / "keys.json"),
-                "tokenizer_dir": str(served["checkpoint"]),
-                "chat_template": "{% for m in messages %}{{ m.content }}\n{% endfor %}"}  # fmt: skip
-    config, port = work / f"gateway-{version}.json", free_port()
-    config.write_text(json.dumps(settings))
-    log = work / f"gateway-{version}.log"
-    env = {**os.environ, "PYTHONPATH": str(served["app"])}  # as the unit runs it
-    proc = subprocess.Popen([str(python), "-m", "ftgateway", "--config", str(config), "--port", str(port)],
-                            env=env, cwd=work, stdout=log.open("w"), stderr=subprocess.STDOUT)  # fmt: skip
-    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                return proc, url, log
-        except httpx.TransportError:
-            pass
+def healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
+    """Wait until /healthz says ready (tritonserver's models answer, the tokenizer checked)."""
+    deadline = time.monotonic() + 60
+    while httpx.get(url + "/healthz", timeout=10).status_code != 200:
         assert proc.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, f"the gateway on Python {version} did not become healthy: {log.read_text()}"
+        assert time.monotonic() < deadline, f"the gateway did not become healthy: {log.read_text()}"
         time.sleep(0.3)
 
 
@@ -168,8 +153,13 @@ def test_the_hosts_code_runs_on_the_hosts_python(served, version):
     )
 
     # The gateway, as its unit runs it.
-    proc, url, log = start_gateway(python, served, version)
+    settings = {"model": "tiny", "triton_grpc": served["grpc"], "context_length": 128, "max_tokens_limit": 64,
+                "max_request_bytes": 4096, "keys_file": str(served["work"] / "keys.json"),
+                "tokenizer_dir": str(served["checkpoint"]), "checkpoint_dir": str(served["checkpoint"]),
+                "chat_template": "{% for m in messages %}{{ m.content }}\n{% endfor %}"}  # fmt: skip
+    proc, url, log = start_gateway(settings, served["work"], python=python, app=served["app"])
     try:
+        healthy(url, proc, log)
         auth = {"Authorization": f"Bearer {KEY}"}
         body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 12, "temperature": 0}
         whole = httpx.post(url + "/v1/completions", json=body, headers=auth, timeout=60)

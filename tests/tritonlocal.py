@@ -196,3 +196,31 @@ def installed(venv: Path, *names: str) -> dict[str, str]:
     out = subprocess.run([str(venv / "bin" / "python"), "-c", script, *names], capture_output=True, text=True,
                          check=True)  # fmt: skip
     return json.loads(out.stdout)
+
+
+def start_gateway(settings: dict, work: Path, *tls: str, python: Path | None = None,
+                  app: Path | None = None) -> tuple[subprocess.Popen, str, Path]:  # fmt: skip
+    """`python -m ftgateway` on a free port of 127.0.0.1 (HTTPS with tls = (certfile, keyfile)),
+    with this project's python and sources, or with `python` and the packed `app` zip on
+    PYTHONPATH as the unit runs it on a host. Returns the process, its URL and its log; waits
+    until it answers (not until tritonserver is ready)."""
+    import httpx  # noqa: PLC0415
+
+    port = free_port()
+    config = work / f"gateway-{port}.json"
+    config.write_text(json.dumps(settings))
+    log = work / f"gateway-{port}.log"
+    extra = ["--ssl-certfile", tls[0], "--ssl-keyfile", tls[1]] if tls else []
+    env = {**os.environ, "PYTHONPATH": str(app)} if app else None
+    proc = subprocess.Popen([str(python or sys.executable), "-m", "ftgateway", "--config", str(config), "--port",
+                             str(port), *extra], cwd=ROOT if app is None else work, env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT)  # fmt: skip
+    url, deadline = f"{'https' if tls else 'http'}://127.0.0.1:{port}", time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(url + "/metrics", timeout=2, verify=tls[0] if tls else True)
+            return proc, url, log
+        except httpx.TransportError:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, f"the gateway did not start: {log.read_text()}"
+            time.sleep(0.3)

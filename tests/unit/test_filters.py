@@ -395,7 +395,7 @@ def test_config_ini_flags_are_integers_the_backend_parses():
     ini.read_string(ft_config_ini(params("bloom-560m"), "bloom", "fp16", 1))
     assert ini["gpt"]["has_positional_encoding"] == "0"
     assert ini["gpt"]["use_attention_linear_bias"] == "1"
-    assert ini["gpt"]["model_variant"] == "bloom"
+    assert ini["gpt"]["model_variant"] == "bloom-pre"  # FT's createGptModel reads only bloom-pre / bloom-post
 
 
 @pytest.mark.parametrize(
@@ -549,3 +549,13 @@ def test_docs_models_examples_match_the_filters():
     for documented_line in documented_lines:
         tail = documented_line.removeprefix("... ")
         assert any(c.endswith(tail) for c in converters), documented_line
+
+
+def test_a_post_layernorm_bloom_is_refused_not_served_as_pre():
+    """FT's converter calls it bloom-post (layernorm_type post_layernorm); the project converts and
+    decodes only the pre-layernorm BLOOM every published checkpoint is."""
+    from configs import BLOOM_560M  # noqa: PLC0415
+
+    with pytest.raises(AnsibleFilterError, match="apply_residual_connection_post_layernorm"):
+        ft_model_params({**BLOOM_560M, "apply_residual_connection_post_layernorm": True}, "bloom")
+    assert ft_model_params({**BLOOM_560M, "apply_residual_connection_post_layernorm": False}, "bloom")["head_num"] == 16
