@@ -24,6 +24,9 @@ description:
     monitoring stage's: durations that are not Prometheus durations, ratios outside (0, 1],
     thresholds that are not positive numbers, ports out of range, monitoring_targets that are not
     host:port.
+  - monitoring_reach_problems(values, host, groups) returns, for a host that another host's
+    Prometheus scrapes, each scraped port the inventory binds to a loopback address (without a
+    monitoring_targets address for that job): such a target is down for ever and its alerts fire.
 options:
   _input:
     description: Ansible's groups.
@@ -71,6 +74,55 @@ PORT_VARS = {
     "prometheus": "prometheus_port",
     "alertmanager": "alertmanager_port",
 }
+
+
+# Job -> the variable that says which address its port listens on, on the host it runs on.
+BIND_VARS = {
+    "gateway": "gateway_bind_address",
+    "triton": "triton_server_metrics_bind_address",
+    "dcgm": "dcgm_exporter_bind_address",
+    "node": "node_exporter_listen_address",
+    "haproxy": "load_balancer_metrics_bind_address",
+    "prometheus": "prometheus_listen_address",
+    "alertmanager": "alertmanager_listen_address",
+}
+# Group -> the jobs Prometheus scrapes on each of its hosts (monitoring_scrape_configs).
+GROUP_JOBS = {
+    "gpu_hosts": ("gateway", "triton", "dcgm", "node"),
+    "lb_hosts": ("haproxy", "node"),
+    "monitoring_hosts": ("prometheus", "alertmanager", "node"),
+}
+
+
+def _loopback(address: str) -> bool:
+    address = address.strip().strip("[]").lower()
+    return address in {"localhost", "::1"} or address.startswith("127.")
+
+
+def monitoring_reach_problems(values: Any, host: str, groups: Any) -> list[str]:
+    """The scrape targets on `host` that Prometheus on another host cannot reach: a port the
+    inventory binds to a loopback address, with no monitoring_targets address of its own. Such a
+    target reads as down for ever, and its alerts fire for every model (the class of failure the
+    lab's shared loopback once hid)."""
+    v = values if isinstance(values, Mapping) else {}
+    groups = groups if isinstance(groups, Mapping) else {}
+    monitors = [m for m in _members(groups, "monitoring_hosts") if m != host]
+    if not monitors:
+        return []
+    targets = v.get("monitoring_targets") if isinstance(v.get("monitoring_targets"), Mapping) else {}
+    jobs = dict.fromkeys(job for group, js in GROUP_JOBS.items() if host in _members(groups, group) for job in js)
+    problems = []
+    for job in jobs:
+        var = BIND_VARS[job]
+        address = v.get(var)
+        if isinstance(address, str) and _loopback(address) and not targets.get(job):
+            problems.append(
+                f"{var}={address!r}: Prometheus on {', '.join(monitors)} scrapes {job} on {host}, and a loopback "
+                f"address keeps it from other hosts (the target would be down for ever and its alerts fire); fix: "
+                f"bind it to '' (every address) or {host}'s own address, or give monitoring_targets.{job} an "
+                f"address Prometheus reaches"
+            )
+    return problems
 
 
 def _members(groups: Mapping, name: str) -> list[str]:
@@ -235,4 +287,5 @@ class FilterModule:
             "monitoring_scrape_configs": monitoring_scrape_configs,
             "monitoring_targets_summary": monitoring_targets_summary,
             "monitoring_input_problems": monitoring_input_problems,
+            "monitoring_reach_problems": monitoring_reach_problems,
         }

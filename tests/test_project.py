@@ -161,3 +161,40 @@ def test_the_docs_table_of_pythons_is_the_checks_own():
     table = subprocess.run([sys.executable, str(ROOT / "scripts" / "check-pythons"), "--table"], capture_output=True,
                            text=True, check=True).stdout.strip()  # fmt: skip
     assert table in (ROOT / "docs" / "testing.md").read_text()
+
+
+def test_prods_monitoring_host_reaches_every_tritonservers_metrics(tmp_path):
+    """inventories/prod's Prometheus (mon-01) scrapes <gpu host>:<metrics port> from its own
+    address: tritonserver's metrics port is published on every address while its HTTP and gRPC
+    ports stay on loopback behind the gateway (all three were on 127.0.0.1 until 2026-11-25:
+    up{job="triton"} would have been 0 on every GPU host and FleetModelDown firing for every model),
+    and the gateways listen on every address. The triton_server role's own variables, for each host."""
+    password = tmp_path / "vault-password"
+    password.write_text("ftfleet-example\n")
+    probe = ROOT / ".pytest-prod-publish.yml"
+    probe.write_text(
+        "- hosts: gpu_hosts\n  connection: local\n  gather_facts: false\n  roles: [triton_server]\n  tasks:\n"
+        "    - ansible.builtin.debug:\n"
+        "        msg: \"PROBE {{ inventory_hostname }} {{ triton_server_metrics_port }} {{ gateway_bind_address\n"
+        "          | default('0.0.0.0') }} {{ __triton_server_publish | join(' ') }} {{ groups.monitoring_hosts }}\"\n"
+        "      tags: [probe]\n"
+    )
+    try:  # --tags probe: the role's variables load, its tasks do not run
+        result = run_playbook(probe, "-i", "inventories/prod", "--vault-password-file", password, "--tags", "probe",
+                              "-e", "ansible_python_interpreter=" + sys.executable,
+                              ANSIBLE_CALLBACK_RESULT_FORMAT="json")  # fmt: skip
+    finally:
+        probe.unlink()
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    lines = [line.split("PROBE ", 1)[1].strip().strip('"') for line in out.splitlines() if "PROBE " in line]
+    probes = [line.split(" ", 3) for line in lines]
+    assert len(probes) == 3, out
+    for host, metrics_port, gateway_bind, rest in probes:
+        published, monitors = rest.split(" [")
+        assert "'mon-01.example.com'" in monitors
+        by_container = {p.rsplit(":", 1)[1]: p.rsplit(":", 1)[0] for p in published.split()}
+        assert by_container["8002"] == metrics_port, (host, published)  # every address: no bind before the port
+        assert by_container["8000"].startswith("127.0.0.1:"), (host, published)
+        assert by_container["8001"].startswith("127.0.0.1:"), (host, published)
+        assert gateway_bind == "0.0.0.0", host

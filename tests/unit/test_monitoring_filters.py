@@ -4,12 +4,21 @@ model; a host added or removed changes its own targets and nothing else."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 from fleet_inputs import fleet_input_names, fleet_input_problems
 from ft_families import AnsibleFilterError
-from monitoring import monitoring_input_problems, monitoring_scrape_configs, monitoring_targets_summary
+from monitoring import (
+    BIND_VARS,
+    monitoring_input_problems,
+    monitoring_reach_problems,
+    monitoring_scrape_configs,
+    monitoring_targets_summary,
+)
 from test_fleet_inputs import GOOD
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PORTS = {"gateway": 8080, "triton": 8002, "dcgm": 9400, "node": 9100, "haproxy": 8405, "prometheus": 9090,
          "alertmanager": 9093}  # fmt: skip
@@ -141,3 +150,49 @@ def test_preflight_reads_them_with_every_other_input():
     problems = fleet_input_problems({**GOOD, "prometheus_alert_error_ratio": 7})
     assert any(p.startswith("prometheus_alert_error_ratio=7") for p in problems), problems
     assert fleet_input_problems(GOOD) == []
+
+
+@pytest.mark.parametrize(
+    ("host", "values", "refused"),
+    [
+        # production's shape: tritonserver's metrics on loopback (the gateway's default before
+        # 2026-11-25 published all three ports on 127.0.0.1), scraped from mon-1
+        ("gpu-a", {"triton_server_metrics_bind_address": "127.0.0.1"}, ["triton_server_metrics_bind_address"]),
+        ("gpu-a", {"gateway_bind_address": "localhost", "node_exporter_listen_address": "[::1]"},
+         ["gateway_bind_address", "node_exporter_listen_address"]),
+        ("lb-1", {"load_balancer_metrics_bind_address": "127.0.0.2"}, ["load_balancer_metrics_bind_address"]),
+        ("lb-1", {"triton_server_metrics_bind_address": "127.0.0.1"}, []),  # no tritonserver on a load balancer
+        ("gpu-a", {"triton_server_metrics_bind_address": ""}, []),  # every address
+        ("gpu-a", {"triton_server_metrics_bind_address": "10.0.0.5"}, []),  # the host's own
+        # the lab: every target published on this machine's loopback and named in monitoring_targets
+        ("gpu-a", {"triton_server_metrics_bind_address": "127.0.0.1",
+                   "monitoring_targets": {"triton": "127.0.0.1:18002"}}, []),
+        ("mon-1", {"prometheus_listen_address": "127.0.0.1"}, []),  # the only monitoring host scrapes itself
+    ],
+)  # fmt: skip
+def test_a_target_on_loopback_that_another_hosts_prometheus_scrapes_is_refused(host, values, refused):
+    problems = monitoring_reach_problems(values, host, GROUPS)
+    assert [p.split("=")[0] for p in problems] == refused, problems
+    for problem in problems:
+        assert "mon-1" in problem
+        assert "fix:" in problem
+
+
+def test_without_a_monitoring_host_elsewhere_nothing_is_refused():
+    assert monitoring_reach_problems({"gateway_bind_address": "127.0.0.1"}, "gpu-a", {"gpu_hosts": ["gpu-a"]}) == []
+
+
+@pytest.mark.parametrize("role_var", sorted(BIND_VARS.values()))
+def test_no_scraped_port_binds_to_loopback_by_default(role_var):
+    """Every role default of the scraped ports' addresses lets another host in (an inventory that
+    sets loopback is what preflight refuses)."""
+    import yaml  # noqa: PLC0415
+
+    roles = {"gateway": "gateway", "triton": "triton_server", "dcgm": "dcgm_exporter", "node": "node_exporter",
+             "load": "load_balancer", "prometheus": "prometheus", "alertmanager": "alertmanager"}  # fmt: skip
+    role = roles[role_var.split("_")[0]]
+    defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
+    value = defaults[role_var]
+    if value == "{{ load_balancer_bind_address }}":
+        value = defaults["load_balancer_bind_address"]
+    assert value in ("", "0.0.0.0", "::"), (role_var, value)
