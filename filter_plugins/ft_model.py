@@ -44,7 +44,7 @@ _value:
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # Ansible loads plugins by path; the registry is a sibling module
@@ -109,6 +109,58 @@ def ft_model_params(hf_config: Any, family: Any) -> dict[str, Any]:
     return params
 
 
+# The early LLaMA conversions' tokenizer (tokenizer_class LLaMATokenizer: tokenizer.model only,
+# special tokens left empty): SentencePiece's ids in LLaMA's tokenizer.model.
+EARLY_LLAMA_IDS = {"bos": ("<s>", 1), "eos": ("</s>", 2)}
+
+
+def tokenizer_special_ids(read: Callable[[str], Any]) -> dict[str, Any]:
+    """The bos and eos tokens of a checkpoint's tokenizer and their ids, from its files:
+    read(name) gives tokenizer_config.json, special_tokens_map.json or tokenizer.json parsed (or
+    None). {"bos": [token, id], "eos": [token, id]}, a kind absent where the files do not say."""
+    config = read("tokenizer_config.json") or {}
+    if config.get("tokenizer_class") == "LLaMATokenizer":
+        return {kind: list(pair) for kind, pair in EARLY_LLAMA_IDS.items()}
+    special = read("special_tokens_map.json") or {}
+    tokenizer = read("tokenizer.json") or {}
+    ids = {str(t.get("content")): t.get("id") for t in tokenizer.get("added_tokens") or [] if isinstance(t, Mapping)}
+    decoder = config.get("added_tokens_decoder") or {}
+    ids.update({str(t.get("content")): int(i) for i, t in decoder.items() if isinstance(t, Mapping)})
+    vocab = (tokenizer.get("model") or {}).get("vocab")
+    out: dict[str, Any] = {}
+    for kind in ("bos", "eos"):
+        token = config.get(f"{kind}_token") or special.get(f"{kind}_token")
+        token = token.get("content") if isinstance(token, Mapping) else token
+        if not isinstance(token, str) or not token:
+            continue
+        found = ids.get(token, vocab.get(token) if isinstance(vocab, Mapping) else None)
+        if isinstance(found, int) and not isinstance(found, bool):
+            out[kind] = [token, found]
+    return out
+
+
+EFFECT = {"bos": "prompts would start with another token", "eos": "answers would never end at the end of text"}
+
+
+def ft_token_id_problems(hf_config: Any, tokenizer: Any) -> list[str]:
+    """Where config.json's bos/eos ids (FT's start_id/end_id) are not the tokenizer's: FT stops
+    at end_id, so a wrong one never ends an answer (it runs to max_tokens)."""
+    if not isinstance(hf_config, Mapping) or not isinstance(tokenizer, Mapping):
+        return []
+    problems = []
+    for kind, ft_key in (("bos", "start_id"), ("eos", "end_id")):
+        pair, value = tokenizer.get(kind), hf_config.get(f"{kind}_token_id")
+        if pair and isinstance(value, int) and not isinstance(value, bool) and value != pair[1]:
+            problems.append(
+                f"config.json's {kind}_token_id is {value} but the tokenizer's {kind} token {pair[0]!r} is id "
+                f"{pair[1]} (FT's {ft_key}: {EFFECT[kind]}); "
+                "fix: serve a checkpoint whose config.json agrees with its tokenizer (for "
+                "decapoda-research/llama-7b-hf: huggyllama/llama-7b, the same weights), or one with config.json "
+                "corrected (a fork, or a local mirror)"
+            )
+    return problems
+
+
 PARALLELISM = "ft_check_parallelism: "  # the prefix of positive_int's messages for it
 
 
@@ -161,4 +213,5 @@ class FilterModule:
             "ft_model_params": ft_model_params,
             "ft_check_parallelism": ft_check_parallelism,
             "ft_parallelism_problems": ft_parallelism_problems,
+            "ft_token_id_problems": ft_token_id_problems,
         }

@@ -35,14 +35,17 @@ def lfs_pointer(size: int, seed: str) -> str:
     return f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n"
 
 
-def model_repo(root: Path, name: str, config: dict, branch: str = "main", weights: dict | None = None) -> str:
-    """A git repository holding a model's config.json and git-lfs pointers for its weights
-    (`weights`: file name -> size; default one model.safetensors of 1 GB). The objects are absent:
-    preflight reads only the pointers."""
+def model_repo(root: Path, name: str, config: dict, branch: str = "main", *, weights: dict | None = None,
+               files: dict | None = None) -> str:  # fmt: skip
+    """A git repository holding a model's config.json, git-lfs pointers for its weights
+    (`weights`: file name -> size; default one model.safetensors of 1 GB) and small JSON `files`
+    (name -> content). The objects are absent: preflight reads only the pointers."""
     repo = root / "sources" / name
     repo.mkdir(parents=True)
     git("init", "-q", "-b", branch, cwd=repo)
     (repo / "config.json").write_text(json.dumps(config))
+    for file, content in (files or {}).items():
+        (repo / file).write_text(json.dumps(content))
     for file, size in (weights or {"model.safetensors": 1_000_000_000}).items():
         (repo / file).write_text(lfs_pointer(size, f"{name}/{file}") if size >= 0 else "{}")
     git("add", "-A", cwd=repo)
@@ -268,18 +271,29 @@ BAD_INVENTORIES = [
     ("images-do-not-fit", "a100x1", {"preflight_image_bytes": {"ft_image": 10**15, "triton_image": 10**15},
                                      "fleet_api_keys": [{"name": "t", "key": "ftf-test-key-000000000001"}]},
      "the images stage needs 2000000.0 GB for ft_image and triton_image (preflight_image_bytes)"),
+    # decapoda-research/llama-7b-hf's files: config.json's ids are not its tokenizer's
+    ("config-json-disagrees-with-tokenizer", "a100x1", {"model": "decapoda"},
+     "config.json's eos_token_id is 1 but the tokenizer's eos token '</s>' is id 2 (FT's end_id: answers would "
+     "never end at the end of text); fix: serve a checkpoint whose config.json agrees with its tokenizer"),
+    # production's shape: Prometheus on its own host (mon below) cannot scrape a loopback port
+    ("metrics-on-loopback", "a100x1", {"triton_server_metrics_bind_address": "127.0.0.1"},
+     "triton_server_metrics_bind_address='127.0.0.1': Prometheus on mon scrapes triton on metrics-on-loopback, and "
+     "a loopback address keeps it from other hosts"),
 ]  # fmt: skip
 
 
 def test_bad_inventories_each_fail_before_any_change_naming_the_fix(lab):
     root = lab["root"]
-    configs = {"gqa": ({**LLAMA_7B, "num_key_value_heads": 8}, None), "oddheads": ({**GPTJ_6B, "n_head": 15}, None),
-               "tfonly": (GPT2, {"tf_model.h5": 498_000_000})}  # fmt: skip
+    early_llama = {"tokenizer_config.json": {"tokenizer_class": "LLaMATokenizer", "bos_token": "", "eos_token": ""}}
+    configs = {"gqa": ({**LLAMA_7B, "num_key_value_heads": 8}, None, None),
+               "oddheads": ({**GPTJ_6B, "n_head": 15}, None, None),
+               "tfonly": (GPT2, {"tf_model.h5": 498_000_000}, None),
+               "decapoda": ({**LLAMA_7B, "bos_token_id": 0, "eos_token_id": 1}, None, early_llama)}  # fmt: skip
     sources = dict(lab["sources"])
-    for name, (config, weights) in configs.items():
+    for name, (config, weights, files) in configs.items():
         if name not in sources:
-            sources[name] = model_repo(root, name, config, weights=weights)
-    families = {"gpt2": "gpt", "gptj": "gptj", "gqa": "llama", "oddheads": "gptj", "tfonly": "gpt"}
+            sources[name] = model_repo(root, name, config, weights=weights, files=files)
+    families = {"gpt2": "gpt", "gptj": "gptj", "gqa": "llama", "oddheads": "gptj", "tfonly": "gpt", "decapoda": "llama"}
     hosts = {}
     for case, gpus, change, _ in BAD_INVENTORIES:
         overrides = dict(change)
@@ -298,7 +312,9 @@ def test_bad_inventories_each_fail_before_any_change_naming_the_fix(lab):
             "fleet_model": fleet_model, "fleet_gpu_devices": [0], **overrides,
         }  # fmt: skip
     inventory = root / "bad-inventories.yml"
-    inventory.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": hosts}}}}))
+    monitor = {"mon": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": hosts},
+                                                          "monitoring_hosts": {"hosts": monitor}}}}))  # fmt: skip
     # The gpus fact first, so that the failing run has nothing to install: it must change nothing.
     install = root / "install-facts.yml"
     install.write_text("- hosts: gpu_hosts\n  gather_facts: false\n  roles: [gpu_facts]\n")
@@ -393,7 +409,7 @@ def test_the_load_balancers_preflight_refuses_keys_in_clear(tmp_path, extra, wor
     out = " ".join((result.stdout + result.stderr).split())
     if words is None:
         assert result.returncode == 0, out[-3000:]
-        assert "lb-01.example.com : ok=2 changed=0 unreachable=0 failed=0" in out, out[-3000:]
+        assert "lb-01.example.com : ok=3 changed=0 unreachable=0 failed=0" in out, out[-3000:]  # TLS, monitoring reach
     else:
         assert result.returncode != 0, out[-3000:]
         assert words in out, out[-3000:]

@@ -175,7 +175,7 @@ def test_prods_monitoring_host_reaches_every_tritonservers_metrics(tmp_path):
     probe.write_text(
         "- hosts: gpu_hosts\n  connection: local\n  gather_facts: false\n  roles: [triton_server]\n  tasks:\n"
         "    - ansible.builtin.debug:\n"
-        "        msg: \"PROBE {{ inventory_hostname }} {{ triton_server_metrics_port }} {{ gateway_bind_address\n"
+        '        msg: "PROBE {{ inventory_hostname }} {{ triton_server_metrics_port }} {{ gateway_bind_address\n'
         "          | default('0.0.0.0') }} {{ __triton_server_publish | join(' ') }} {{ groups.monitoring_hosts }}\"\n"
         "      tags: [probe]\n"
     )

@@ -559,3 +559,48 @@ def test_a_post_layernorm_bloom_is_refused_not_served_as_pre():
     with pytest.raises(AnsibleFilterError, match="apply_residual_connection_post_layernorm"):
         ft_model_params({**BLOOM_560M, "apply_residual_connection_post_layernorm": True}, "bloom")
     assert ft_model_params({**BLOOM_560M, "apply_residual_connection_post_layernorm": False}, "bloom")["head_num"] == 16
+
+
+GPT2_TOKENIZER = {"added_tokens": [{"id": 50256, "content": "<|endoftext|>", "special": True}],
+                  "model": {"vocab": {"hello": 31373}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        # GPT-2: the special token in tokenizer.json, named by tokenizer_config.json
+        ({"tokenizer.json": GPT2_TOKENIZER, "tokenizer_config.json": {"bos_token": "<|endoftext|>",
+          "eos_token": "<|endoftext|>"}}, {"bos": ["<|endoftext|>", 50256], "eos": ["<|endoftext|>", 50256]}),
+        # transformers' newer form: the tokens as dicts, ids in added_tokens_decoder
+        ({"tokenizer_config.json": {"bos_token": {"content": "<s>"}, "eos_token": {"content": "</s>"},
+          "added_tokens_decoder": {"1": {"content": "<s>"}, "2": {"content": "</s>"}}}},
+         {"bos": ["<s>", 1], "eos": ["</s>", 2]}),
+        # the names only in special_tokens_map.json, an id only in the vocabulary
+        ({"special_tokens_map.json": {"eos_token": "hello"}, "tokenizer.json": GPT2_TOKENIZER},
+         {"eos": ["hello", 31373]}),
+        # decapoda's LLaMA: LLaMATokenizer, empty special tokens, tokenizer.model only
+        ({"tokenizer_config.json": {"tokenizer_class": "LLaMATokenizer", "bos_token": "", "eos_token": ""}},
+         {"bos": ["<s>", 1], "eos": ["</s>", 2]}),
+        ({}, {}),  # no tokenizer files: nothing to compare
+    ],
+)  # fmt: skip
+def test_the_tokenizers_bos_and_eos_ids_come_from_its_files(files, expected):
+    from ft_model import tokenizer_special_ids  # noqa: PLC0415
+
+    assert tokenizer_special_ids(files.get) == expected
+
+
+def test_a_config_json_that_disagrees_with_its_tokenizer_is_refused_with_the_fix():
+    """decapoda-research/llama-7b-hf: config.json says bos 0 and eos 1, its tokenizer.model <s> 1
+    and </s> 2; FT would never stop at the tokenizer's end of text."""
+    from ft_model import ft_token_id_problems, tokenizer_special_ids  # noqa: PLC0415
+
+    decapoda = tokenizer_special_ids({"tokenizer_config.json": {"tokenizer_class": "LLaMATokenizer"}}.get)
+    problems = ft_token_id_problems({**LLAMA_7B, "bos_token_id": 0, "eos_token_id": 1}, decapoda)
+    assert len(problems) == 2, problems
+    assert problems[1].startswith("config.json's eos_token_id is 1 but the tokenizer's eos token '</s>' is id 2")
+    assert "never end" in problems[1]
+    assert "fix: " in problems[1]
+    assert "huggyllama/llama-7b" in problems[1]
+    assert ft_token_id_problems({**LLAMA_7B, "bos_token_id": 1, "eos_token_id": 2}, decapoda) == []
+    assert ft_token_id_problems(LLAMA_7B, None) == []  # an older cache without the tokenizer's ids
