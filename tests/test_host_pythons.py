@@ -6,7 +6,8 @@ For each: the gateway's and the registry's pinned requirements install from the 
 the role runs it (the packed zip on PYTHONPATH), serves a real tritonserver: a greedy completion
 equal to transformers', the same text streamed token by token, a chat answer, an expired key's
 401; the converter (the packed tools zip, as ft_convert runs it) writes the same bytes as on the
-controller; the gpus fact reads a recorded nvidia-smi as on the controller."""
+controller; the gpus fact reads a recorded nvidia-smi as on the controller; the status script
+reads the tritonserver's health."""
 
 from __future__ import annotations
 
@@ -99,6 +100,8 @@ def served(tmp_path_factory):
             "work": work,
             "checkpoint": checkpoint,
             "grpc": f"127.0.0.1:{server.grpc}",
+            "http": server.http,
+            "metrics": server.metrics,
             "reference": greedy_completion(checkpoint, PROMPT, 12)[len(PROMPT) :],
             "shards": repo / "fastertransformer" / "1" / "2-gpu",
             "app": packed(work, "pack-app"),
@@ -151,6 +154,13 @@ def test_the_hosts_code_runs_on_the_hosts_python(served, version):
     assert json.loads(subprocess.run(there, capture_output=True, text=True, check=True).stdout) == json.loads(
         subprocess.run(here, capture_output=True, text=True, check=True).stdout
     )
+
+    # The status script (ftfleet status runs it on each host) against the same tritonserver.
+    status = subprocess.run([str(python), str(ROOT / "roles" / "fleet_status" / "files" / "fleet-status"), "tiny",
+                             str(served["checkpoint"]), str(served["work"] / "no-image-record"), str(served["http"]),
+                             str(served["metrics"]), "0"], capture_output=True, text=True, check=False)  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["health"] == "ready", status.stdout
 
     # The gateway, as its unit runs it.
     settings = {"model": "tiny", "triton_grpc": served["grpc"], "context_length": 128, "max_tokens_limit": 64,
