@@ -14,52 +14,28 @@ import shutil
 import sys
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_playbook
-from tritonlocal import start_gateway, tritonserver
+from conftest import ROOT
+from tritonlocal import gpt_repository, start_gateway, tritonserver
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("pytriton")
 sys.path.insert(0, str(ROOT))
-from ftnative.convert import convert  # noqa: E402
 
 LAB_MODEL = ROOT / "lab" / "models" / "tiny-gpt2"
 PROMPT, MAX = "Every role", 120
 END = "<|endoftext|>"
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  roles:
-    - role: triton_model_repo
-      vars:
-        fleet_model: {{name: lab, family: gpt, source: {{url: "file:///x", revision: main}}, data_type: fp32}}
-        triton_model_repo_dir: "{repo}"
-        triton_model_repo_container_dir: "{repo}"
-        triton_model_repo_container_tokenizer_dir: "{checkpoint}"
-        triton_model_repo_python_path: "{python_path}"
-        triton_model_repo_decoupled: true
-"""
 
 
 @pytest.fixture(scope="module")
 def fronts(tmp_path_factory):
     work = tmp_path_factory.mktemp("answers")
-    checkpoint, repo = work / "checkpoint", work / "repo"
+    checkpoint = work / "checkpoint"
     shutil.copytree(LAB_MODEL, checkpoint)
-    site = Path(transformers.__file__).parents[1]
-    (work / "play.yml").write_text(PLAY.format(repo=repo, checkpoint=checkpoint, python_path=f"{ROOT}:{site}"))
-    done = run_playbook(work / "play.yml", "-i", "localhost,", "-e", "fleet_tensor_para_size=1",
-                        "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    convert(checkpoint, repo / "fastertransformer" / "1", "gpt", 1, "fp32", log=lambda _m: None)
-    ft_config = repo / "fastertransformer" / "config.pbtxt"
-    ft_config.write_text(ft_config.read_text() + f'parameters {{ key: "python_path" value: {{ string_value: '
-                                                  f'"{ROOT}:{site}" }} }}\n')  # fmt: skip
+    repo = gpt_repository(work, checkpoint, tp=1, decoupled=True, name="lab")
     template = "{% for m in messages %}{{ m.content }}{% endfor %}"
     with tritonserver(repo, work) as server:
         procs, urls = [], {}

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import BIN, ROOT, run_playbook
-from tritonlocal import free_port, start_gateway, tiny_model, tritonserver
+from conftest import BIN, ROOT
+from tritonlocal import free_port, gpt_repository, start_gateway, tiny_model, tritonserver
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -27,7 +27,6 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("pytriton")
 sys.path.insert(0, str(ROOT))
 from ftgateway.config import hash_key  # noqa: E402
-from ftnative.convert import convert  # noqa: E402
 from ftnative.decode import load  # noqa: E402
 
 MODEL = "tiny"
@@ -41,20 +40,6 @@ H2O_TEMPLATE = (
 )
 CHAT = [{"role": "system", "content": "Ansible automation"}, {"role": "user", "content": "takes bare GPU hosts"}]
 CHAT_PROMPT = "Ansible automation\n<human>: takes bare GPU hosts\n<bot>:"
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  roles:
-    - role: triton_model_repo
-      vars:
-        fleet_model: {{name: tiny, family: gpt, source: {{url: "file:///x", revision: main}}, data_type: fp32}}
-        triton_model_repo_dir: "{repo}"
-        triton_model_repo_container_dir: "{repo}"
-        triton_model_repo_container_tokenizer_dir: "{checkpoint}"
-        triton_model_repo_python_path: "{python_path}"
-        triton_model_repo_decoupled: {decoupled}
-"""
 
 
 @dataclass
@@ -94,19 +79,10 @@ def _gateway(settings: dict, work: Path, *tls: str) -> tuple[subprocess.Popen, s
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "decoupled"])
 def front(request, tmp_path_factory) -> Iterator[Front]:
     work = tmp_path_factory.mktemp("front")
-    checkpoint, repo = work / "checkpoint", work / "repo"
+    checkpoint = work / "checkpoint"
     tokenizer, model = tiny_model("gpt", checkpoint)
-    site = Path(transformers.__file__).parents[1]
-    (work / "play.yml").write_text(PLAY.format(repo=repo, checkpoint=checkpoint, python_path=f"{ROOT}:{site}",
-                                               decoupled=str(request.param).lower()))  # fmt: skip
-    done = run_playbook(work / "play.yml", "-i", "localhost,", "-e", "fleet_tensor_para_size=2",
-                        "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    repo = gpt_repository(work, checkpoint, tp=2, decoupled=request.param)
     shards = repo / "fastertransformer" / "1" / "2-gpu"
-    convert(checkpoint, repo / "fastertransformer" / "1", "gpt", 2, "fp32", log=lambda _m: None)
-    ft_config = repo / "fastertransformer" / "config.pbtxt"
-    path = f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
-    ft_config.write_text(ft_config.read_text() + path)
     keys_file = work / "keys.json"
     keys = [{"name": "one", "sha256": hash_key(KEY)},
             {"name": "slow", "sha256": hash_key(SLOW_KEY), "rate_per_minute": 3}]  # fmt: skip

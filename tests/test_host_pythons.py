@@ -20,34 +20,19 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_playbook
-from tritonlocal import greedy_completion, python_env, start_gateway, tiny_model, tritonserver
+from conftest import ROOT
+from tritonlocal import gpt_repository, greedy_completion, python_env, start_gateway, tiny_model, tritonserver
 
 transformers = pytest.importorskip("transformers")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("pytriton")
 sys.path.insert(0, str(ROOT))
 from ftgateway.config import hash_key  # noqa: E402
-from ftnative.convert import convert  # noqa: E402
 
 HOST_PYTHONS = ("3.9", "3.10", "3.11", "3.12")  # RHEL 9, Ubuntu 22.04, Debian 12, Ubuntu 24.04
 REQUIREMENTS = ("roles/gateway/files/requirements.txt", "roles/ft_convert/files/registry-requirements.txt")
 KEY, OLD_KEY = "ftf-host-key", "ftf-host-key-expired"
 PROMPT = "Ansible automation that takes bare GPU hosts"
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  roles:
-    - role: triton_model_repo
-      vars:
-        fleet_model: {{name: tiny, family: gpt, source: {{url: "file:///x", revision: main}}, data_type: fp32}}
-        triton_model_repo_dir: "{repo}"
-        triton_model_repo_container_dir: "{repo}"
-        triton_model_repo_container_tokenizer_dir: "{checkpoint}"
-        triton_model_repo_python_path: "{python_path}"
-        triton_model_repo_decoupled: true
-"""
 
 
 def pinned() -> list[str]:
@@ -81,17 +66,9 @@ def served(tmp_path_factory):
     """A tiny GPT-2-shaped model behind a real tritonserver (decoupled: token streaming), its
     greedy reference, its tp-2 shards as the controller converts them, and the packed zips."""
     work = tmp_path_factory.mktemp("hosts")
-    checkpoint, repo = work / "checkpoint", work / "repo"
+    checkpoint = work / "checkpoint"
     tiny_model("gpt", checkpoint)
-    site = Path(transformers.__file__).parents[1]
-    (work / "play.yml").write_text(PLAY.format(repo=repo, checkpoint=checkpoint, python_path=f"{ROOT}:{site}"))
-    done = run_playbook(work / "play.yml", "-i", "localhost,", "-e", "fleet_tensor_para_size=2",
-                        "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    convert(checkpoint, repo / "fastertransformer" / "1", "gpt", 2, "fp32", log=lambda _m: None)
-    ft_config = repo / "fastertransformer" / "config.pbtxt"
-    path = f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
-    ft_config.write_text(ft_config.read_text() + path)
+    repo = gpt_repository(work, checkpoint, tp=2, decoupled=True)
     keys = [{"name": "host", "sha256": hash_key(KEY)},
             {"name": "old", "sha256": hash_key(OLD_KEY), "expires": "2020-01-01T00:00:00+00:00"}]  # fmt: skip
     (work / "keys.json").write_text(json.dumps({"keys": keys}))

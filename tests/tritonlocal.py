@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, run_playbook
 
 
 def server_errors(log: Path) -> str:
@@ -224,3 +224,42 @@ def start_gateway(settings: dict, work: Path, *tls: str, python: Path | None = N
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, f"the gateway did not start: {log.read_text()}"
             time.sleep(0.3)
+
+
+REPOSITORY_PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  roles:
+    - role: triton_model_repo
+      vars:
+        fleet_model: {{name: {name}, family: gpt, source: {{url: "file:///x", revision: main}}, data_type: fp32}}
+        triton_model_repo_dir: "{repo}"
+        triton_model_repo_container_dir: "{repo}"
+        triton_model_repo_container_tokenizer_dir: "{checkpoint}"
+        triton_model_repo_python_path: "{python_path}"
+        triton_model_repo_decoupled: {decoupled}
+"""
+
+
+def gpt_repository(work: Path, checkpoint: Path, *, tp: int, decoupled: bool, name: str = "tiny") -> Path:
+    """work/repo: the gpt family's model repository as triton_model_repo writes it (the tokenizer
+    from `checkpoint`), the checkpoint converted there for `tp`, and the one parameter that tells
+    the CPU stand-in where ftnative and this Python's packages are."""
+    import transformers  # noqa: PLC0415 - heavy; only the tests that serve a model load it
+
+    sys.path.insert(0, str(ROOT))
+    from ftnative.convert import convert  # noqa: PLC0415
+
+    repo, site = work / "repo", Path(transformers.__file__).parents[1]
+    play = REPOSITORY_PLAY.format(name=name, repo=repo, checkpoint=checkpoint, python_path=f"{ROOT}:{site}",
+                                  decoupled=str(decoupled).lower())  # fmt: skip
+    (work / "play.yml").write_text(play)
+    done = run_playbook(work / "play.yml", "-i", "localhost,", "-e", f"fleet_tensor_para_size={tp}",
+                        "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    convert(checkpoint, repo / "fastertransformer" / "1", "gpt", tp, "fp32", log=lambda _m: None)
+    ft_config = repo / "fastertransformer" / "config.pbtxt"
+    path = f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
+    ft_config.write_text(ft_config.read_text() + path)
+    return repo
