@@ -67,9 +67,7 @@ molecule: harness test-setup  ## the tests that need Docker and every Molecule s
 fresh-test: harness test-setup  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
 	pytest -m lab -p no:cacheprovider -s
 
-# The Docker tests, the scenarios and the fresh-machine test in three lanes at once (scripts/docker-tests).
-test: lint unit harness  ## everything a reviewer runs: lint, unit, then the Docker tests, every scenario and the fresh-machine test at once
-	scripts/docker-tests --fresh $(SCENARIO)
+test: lint unit molecule fresh-test  ## everything a reviewer runs, in that order
 
 # The toolchain's pip and the base image's debootstrap at once (neither needs the other; both
 # need the tools, which the sub-make runs once first): on a fresh machine that overlaps about
