@@ -82,6 +82,28 @@ def _format_problems(model: Mapping[str, Any], source: Mapping[str, Any]) -> lis
     return problems
 
 
+def _path_problems(source: Mapping[str, Any]) -> list[str]:
+    """A checkpoint in a directory on the controller: an absolute path, and nothing of git's."""
+    path = source.get("path")
+    if not isinstance(path, str) or not path.startswith("/"):
+        return [f"fleet_model.source.path={path!r}: must be an absolute path to a directory on the controller"]
+    mixed = sorted(k for k in ("url", "revision", "commit") if source.get(k))
+    if mixed:
+        return [
+            f"fleet_model.source has path and {', '.join(mixed)}: a checkpoint comes from a git source (url, "
+            "revision, commit) or from a directory (path), not both; fix: keep one"
+        ]
+    return []
+
+
+def fleet_source_label(model: Mapping[str, Any]) -> str:
+    """Where a valid model's checkpoint comes from, for messages: url @ revision, or the directory."""
+    source = model["source"]
+    if "path" in source:
+        return f"{source['path']} (a directory on the controller)"
+    return f"{source['url']} @ {source['revision']}"
+
+
 def fleet_model_problems(model: Any) -> list[str]:
     if not isinstance(model, Mapping):
         return [f"fleet_model={model!r}: must be a dict (name, family, source, ...); see docs/variables.md"]
@@ -91,7 +113,9 @@ def fleet_model_problems(model: Any) -> list[str]:
         problems.append(f"fleet_model.family={family!r}: unknown model family (valid: {', '.join(sorted(FAMILIES))})")
     source = model.get("source")
     if not isinstance(source, Mapping):
-        problems.append(f"fleet_model.source={source!r}: must be a dict with url and revision")
+        problems.append(f"fleet_model.source={source!r}: must be a dict with url and revision, or path")
+    elif "path" in source:
+        problems += _path_problems(source)
     else:
         problems += _str_problem(source, "url", "fleet_model.source")
         problems += _str_problem(source, "revision", "fleet_model.source")
@@ -103,6 +127,8 @@ def fleet_model_problems(model: Any) -> list[str]:
             problems.append(
                 f"fleet_model.source.token_required={source.get('token_required')!r}: must be true or false"
             )
+    if isinstance(source, Mapping) and "path" in source:
+        problems += _format_problems(model, {})
     for key in ("checkpoint_dtype", "data_type"):
         value = model.get(key, DEFAULTS[key])
         if value not in DTYPE_BYTES:
@@ -123,15 +149,22 @@ def fleet_model_resolved(model: Any) -> dict[str, Any]:
     problems = fleet_model_problems(model)
     if problems:
         raise AnsibleFilterError("fleet_model_resolved: " + "; ".join(problems))
-    source = {"commit": "", "token_required": False, **model["source"]}
+    if "path" in model["source"]:
+        source = {"path": model["source"]["path"], "token_required": False}
+    else:
+        source = {"commit": "", "token_required": False, **model["source"]}
     return {
         **DEFAULTS,
         "weight_dtype": default_weight_dtype(model["family"]),
         **model,
-        "source": {**source, "commit": source["commit"] or ""},
+        "source": {**source, "commit": source["commit"] or ""} if "commit" in source else source,
     }
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"fleet_model_problems": fleet_model_problems, "fleet_model_resolved": fleet_model_resolved}
+        return {
+            "fleet_model_problems": fleet_model_problems,
+            "fleet_model_resolved": fleet_model_resolved,
+            "fleet_source_label": fleet_source_label,
+        }

@@ -4,6 +4,7 @@ for a new tp, verifies the published shards on every run and names what is wrong
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -98,3 +99,38 @@ def test_verification_failures_name_the_file(lab, playbook):
         assert message in out, damage
         for name, data in original.items():
             (target / name).write_bytes(data)
+
+
+def test_a_checkpoint_directory_on_the_controller_is_copied_and_its_identity_keys_the_shards(lab, playbook):
+    """fleet_model.source.path through model_checkpoint then ft_convert: the copy converts to the
+    same tokens; its identity (names, sizes, times) is the conversion's checkpoint input, so a
+    second run converts nothing and a rewritten file converts again."""
+    root = lab["root"] / "from-dir"
+    upload = root / "upload"
+    upload.parent.mkdir()  # the saved checkpoint, as a user's directory outside the data root
+    shutil.copytree(lab["root"] / "data" / "checkpoints" / "tiny", upload)
+    extra = root / "extra.json"
+    extra.write_text(json.dumps({
+        "fleet_data_root": str(root / "data"),
+        "fleet_model": {"name": "tiny", "family": "gpt", "weight_dtype": "fp32", "source": {"path": str(upload)}},
+        "fleet_tensor_para_size": 1,
+        "ft_convert_python": sys.executable,
+        "ansible_python_interpreter": sys.executable,
+    }))  # fmt: skip
+    play = playbook("- hosts: localhost\n  connection: local\n  roles: [model_checkpoint, ft_convert]\n")
+    target = root / "data" / "models" / "tiny" / "fastertransformer" / "1" / "1-gpu"
+
+    def run() -> str:
+        result = run_playbook(play, "-i", "localhost,", "-e", f"@{extra}")
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    run()
+    assert load(target).generate([3, 9, 27], 16) == lab["expected"]
+    first = json.loads((target / "conversion.json").read_text())["inputs"]["checkpoint"]
+    assert first == (root / "data" / "checkpoints" / "tiny" / ".ftfleet-source").read_text().strip()
+    assert "changed=0" in run()
+    (upload / "config.json").write_text((upload / "config.json").read_text() + "\n")  # rewritten
+    run()
+    assert json.loads((target / "conversion.json").read_text())["inputs"]["checkpoint"] != first
+    assert load(target).generate([3, 9, 27], 16) == lab["expected"]

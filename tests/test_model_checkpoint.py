@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_playbook
+from conftest import ROOT, run_playbook
+
+sys.path.insert(0, str(ROOT / "filter_plugins"))
+from fleet_checkpoint_dir import fleet_checkpoint_dir_id
 
 TOKEN = "hf_SECRET_TOKEN_must_not_leak_1234"
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
@@ -107,4 +111,61 @@ def test_an_interrupted_pull_resumes_on_the_next_run(playbook, source):
     rc, out = fetch(playbook, source)
     assert rc == 0, out
     checkout = source["tmp"] / "data" / "checkpoints" / "tiny"
+    assert (checkout / "weights.bin").read_bytes() == bytes(reversed(range(256))) * 64
+
+
+def copy_from(playbook, tmp: Path, directory: Path, *, check: bool = False) -> tuple[int, str]:
+    extra = tmp / "extra-dir.json"
+    extra.write_text(json.dumps({"fleet_model": {"name": "tiny", "family": "gptj", "source": {"path": str(directory)}},
+                                 "fleet_data_root": str(tmp / "data")}))  # fmt: skip
+    play = playbook("- hosts: localhost\n  connection: local\n  gather_facts: false\n  roles: [model_checkpoint]\n")
+    args = ["-i", "localhost,", "-e", f"@{extra}", "-e", f"ansible_python_interpreter={sys.executable}"]
+    result = run_playbook(play, *args, *(["--check"] if check else []))
+    return result.returncode, result.stdout + result.stderr
+
+
+def listing(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_checkpoint_directory_is_copied_kept_in_step_and_left_alone(playbook, source):
+    """fleet_model.source.path: the directory is copied as it is (.git left out), a second run
+    changes nothing, a changed or removed file there is changed or removed here, and what was
+    checked out from git before is replaced."""
+    tmp = source["tmp"]
+    directory = tmp / "upload"
+    (directory / "sub").mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps({"n_embd": 8}))
+    (directory / "weights.bin").write_bytes(bytes(range(256)) * 64)
+    (directory / "sub" / "notes.txt").write_text("kept")
+    (directory / ".git").mkdir()
+    (directory / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    checkout = tmp / "data" / "checkpoints" / "tiny"
+    assert fetch(playbook, source)[0] == 0  # a git checkout of another source was here first
+
+    rc, out = copy_from(playbook, tmp, directory, check=True)
+    assert rc == 0, out
+    assert (checkout / ".git").is_dir()  # check mode changed nothing
+
+    rc, out = copy_from(playbook, tmp, directory)
+    assert rc == 0, out
+    wanted = {k: v for k, v in listing(directory).items() if not k.startswith(".git")}
+    assert {k: v for k, v in listing(checkout).items() if k != ".ftfleet-source"} == wanted
+    assert not (checkout / ".git").exists()
+    assert (checkout / ".ftfleet-source").read_text().strip() == fleet_checkpoint_dir_id(str(directory))
+
+    rc, out = copy_from(playbook, tmp, directory)
+    assert rc == 0, out
+    assert re.search(r"localhost\s+: ok=\d+\s+changed=0", out), out
+
+    (directory / "weights.bin").write_bytes(bytes(reversed(range(256))) * 64)
+    (directory / "sub" / "notes.txt").unlink()
+    rc, out = copy_from(playbook, tmp, directory)
+    assert rc == 0, out
+    assert (checkout / "weights.bin").read_bytes() == bytes(reversed(range(256))) * 64
+    assert not (checkout / "sub").exists()
+
+    (checkout / "weights.bin").write_bytes(b"cut short")  # a broken copy with the record intact
+    rc, out = copy_from(playbook, tmp, directory)
+    assert rc == 0, out
     assert (checkout / "weights.bin").read_bytes() == bytes(reversed(range(256))) * 64

@@ -414,3 +414,38 @@ def test_the_load_balancers_preflight_refuses_keys_in_clear(tmp_path, extra, wor
         assert result.returncode != 0, out[-3000:]
         assert words in out, out[-3000:]
         assert "BEGIN PRIVATE KEY" not in out  # the key from the vault is never shown
+
+
+def test_a_checkpoint_in_a_directory_on_the_controller_is_read_there(lab, tmp_path):
+    """fleet_model.source.path: preflight reads config.json, the weights' sizes and the tokenizer
+    from the directory as from git (a sparse 1 GB file stands for the weights); it refuses a
+    missing directory, Meta's original LLaMA files and a path mixed with git fields, each with
+    the fix."""
+    directory = tmp_path / "gpt2"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(GPT2))
+    with open(directory / "model.safetensors", "wb") as weights:
+        weights.truncate(1_000_000_000)
+    model = {"name": "gpt2", "family": "gpt", "source": {"path": str(directory)}}
+    if lab.get("installed") != "a100x1":  # the gpus fact first: the runs below must change nothing
+        assert preflight(lab, "a100x1")[0] == 0
+        lab["installed"] = "a100x1"
+    rc, out = preflight(lab, "a100x1", fleet_model=model)
+    assert rc == 0, out
+    said = " ".join(out.split())
+    assert "preflight passed: gpt2 (gpt, tp 1 x pp 1 on GPUs 0; weights safetensors, 1.0 GB)" in said
+    assert changed_count(out) == 0
+
+    meta = tmp_path / "llama-7b-meta"
+    meta.mkdir()
+    (meta / "params.json").write_text("{}")
+    (meta / "consolidated.00.pth").write_bytes(b"\0")
+    for source, words in [
+        ({"path": str(meta)}, "Meta's original LLaMA weights (params.json, consolidated.*.pth), not a transformers"),
+        ({"path": str(tmp_path / "absent")}, "no such directory on the controller"),
+        ({"path": str(directory), "revision": "main"}, "fleet_model.source has path and revision"),
+    ]:
+        rc, out = preflight(lab, "a100x1", fleet_model={**model, "source": source})
+        assert rc != 0, out
+        assert words in " ".join(out.split()), out
+        assert changed_count(out) == 0

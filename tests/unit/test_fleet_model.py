@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from fleet_model import fleet_model_problems, fleet_model_resolved
+from fleet_model import fleet_model_problems, fleet_model_resolved, fleet_source_label
 from ft_families import AnsibleFilterError
 
 KOGPT = {
@@ -30,6 +30,9 @@ def test_valid_definition_has_no_problem():
         ({**KOGPT, "data_type": "int8"}, "fleet_model.data_type='int8': must be one of fp32, fp16, bf16"),
         ({**KOGPT, "checkpoint_dtype": "fp8"}, "fleet_model.checkpoint_dtype='fp8'"),
         ({**KOGPT, "weight_dtype": "fp16"}, "fleet_model.weight_dtype='fp16': the gptj converter writes fp32 only"),
+        ({**KOGPT, "source": {"path": "models/llama"}}, "fleet_model.source.path='models/llama': must be an absolute"),
+        ({**KOGPT, "source": {"path": "/m", "revision": "main"}}, "fleet_model.source has path and revision:"),
+        ({**KOGPT, "name": "a b", "source": {"path": "/m"}}, "fleet_model.name='a b': must be letters"),
     ],
 )
 def test_each_problem_is_named(model, problem):
@@ -50,3 +53,12 @@ def test_resolved_fills_defaults():
 def test_resolved_refuses_an_invalid_definition():
     with pytest.raises(AnsibleFilterError, match=r"^fleet_model_resolved: fleet_model\.family='opt'"):
         fleet_model_resolved({**KOGPT, "family": "opt"})
+
+
+def test_a_directory_source_needs_no_git_fields():
+    model = {**KOGPT, "source": {"path": "/srv/models/kogpt"}}
+    assert fleet_model_problems(model) == []
+    resolved = fleet_model_resolved(model)
+    assert resolved["source"] == {"path": "/srv/models/kogpt", "token_required": False}
+    assert fleet_source_label(model) == "/srv/models/kogpt (a directory on the controller)"
+    assert fleet_source_label(KOGPT) == "https://huggingface.co/kakaobrain/kogpt @ KoGPT6B-ryan1.5b-float16"
