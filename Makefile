@@ -67,7 +67,9 @@ molecule: harness test-setup  ## the tests that need Docker and every Molecule s
 fresh-test: harness test-setup  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
 	pytest -m lab -p no:cacheprovider -s
 
-test: lint unit molecule fresh-test  ## everything a reviewer runs, in that order
+# The Docker tests and the fresh-machine test in one lane, the scenarios in another, at once.
+test: lint unit harness  ## everything a reviewer runs: lint, unit, then the Docker tests, the fresh-machine test and every scenario in two lanes
+	scripts/docker-tests --fresh $(SCENARIO)
 
 # The toolchain's pip and the base image's debootstrap at once (neither needs the other; both
 # need the tools, which the sub-make runs once first): on a fresh machine that overlaps about
