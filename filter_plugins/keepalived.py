@@ -8,13 +8,16 @@ name: keepalived_plan
 short_description: Each load balancer's VRRP instances, priority and peers, from the inventory
 description:
   - keepalived_instances turns load_balancer_vip (an address with its prefix, "10.0.0.100/24",
-    or a list of them) into VRRP instances - name, address, prefix, virtual_router_id (keepalived_router_id for
-    the first, then one more per address). An empty load_balancer_vip gives none (keepalived off).
-  - keepalived_plan takes the load balancers (groups.lb_hosts), hostvars, one host, and the
-    addresses facts found (host -> its IPv4 address where the inventory names none), and returns
-    that host's part - its own address (keepalived_address, else an IP ansible_host, else the
-    fact), its priority (keepalived_priority, else 200 less 10 per place in the sorted group),
-    its peers' addresses (the others, for unicast VRRP) and the instances.
+    or a list of them) into VRRP instances - name, address, prefix, virtual_router_id
+    (keepalived_router_id for the first, then one more per address). An empty load_balancer_vip
+    gives none (keepalived off).
+  - keepalived_plan takes the load balancers (groups.lb_hosts), hostvars, one host, and
+    optionally the addresses found (host -> its IPv4 address where the inventory names none;
+    default the facts' ansible_default_ipv4), and returns that host's part - its own address
+    (keepalived_address, else an IP ansible_host, else the found one), its priority
+    (keepalived_priority, else 200 less 10 per place in the sorted group), its peers' addresses
+    (the others, for unicast VRRP) and the instances.
+  - load_balancer_peers gives HAProxy's peers section - each load balancer's name and address.
   - keepalived_problems returns what preflight refuses for one load balancer - a virtual address
     that does not parse or carries no prefix, that is outside the network of a load balancer's own
     address, or that is the own address of a host of the inventory; virtual router ids out of
@@ -89,7 +92,9 @@ def keepalived_instances(vip: Any, router_id: Any = DEFAULT_ROUTER_ID) -> list[d
     ]
 
 
-def _own_address(host: str, v: Mapping[str, Any], found: Mapping[str, Any]) -> str:
+def _own_address(host: str, v: Mapping[str, Any], found: Mapping[str, Any] | None) -> str:
+    """keepalived_address, else an IPv4 ansible_host, else found[host], else the facts' default
+    IPv4 address (ansible_default_ipv4 in hostvars)."""
     if v.get("keepalived_address"):
         return str(v["keepalived_address"])
     named = str(v.get("ansible_host") or "")
@@ -97,7 +102,11 @@ def _own_address(host: str, v: Mapping[str, Any], found: Mapping[str, Any]) -> s
         ipaddress.IPv4Address(named)
         return named
     except ValueError:
+        pass
+    if found is not None:
         return str(found.get(host) or "")
+    facts = v.get("ansible_default_ipv4")
+    return str(facts.get("address") or "") if isinstance(facts, Mapping) else ""
 
 
 def _priority(hosts: list[str], host: str, v: Mapping[str, Any]) -> Any:
@@ -108,7 +117,6 @@ def _priority(hosts: list[str], host: str, v: Mapping[str, Any]) -> Any:
 def keepalived_plan(hosts: Any, hostvars: Any, host: str, found: Any = None) -> dict[str, Any]:
     if not isinstance(hosts, list | tuple) or host not in hosts:
         raise AnsibleFilterError(f"keepalived_plan: {host!r} is not among the load balancers {hosts!r}")
-    found = found or {}
     v = hostvars[host]
     return {
         "address": _own_address(host, v, found),
@@ -156,9 +164,7 @@ def _priority_problems(hosts: list[str], hostvars: Any, host: str) -> list[str]:
                 problems.append(f"keepalived_priority={value!r}: must be a whole number 1-254; fix: e.g. 150")
             continue
         if h == host and not 1 <= priority <= 254:
-            problems.append(
-                f"keepalived_priority={priority}: must be 1-254 (255 is an address owner's); fix: e.g. 150"
-            )
+            problems.append(f"keepalived_priority={priority}: must be 1-254 (255 is an address owner's); fix: e.g. 150")
         priorities.setdefault(priority, []).append(h)
     same = [hs for hs in priorities.values() if len(hs) > 1 and host in hs]
     if same:
@@ -197,10 +203,16 @@ def _address_problems(own: dict[str, str], parsed: list[Any], inventory: Any) ->
     return problems
 
 
+def load_balancer_peers(hosts: Any, hostvars: Any) -> list[dict[str, str]]:
+    """HAProxy's peers (each load balancer's name and address, as keepalived_plan finds it), so
+    that the stick tables of the per-key limits follow the virtual address."""
+    return [{"name": h, "address": _own_address(h, hostvars[h], None)} for h in sorted(hosts or [])]
+
+
 def keepalived_problems(hosts: Any, hostvars: Any, host: str, found: Any = None, inventory: Any = None) -> list[str]:
     """Every problem of this load balancer's VRRP settings (the group's included), as sentences.
     found: host -> the IPv4 address facts gave; inventory: every host -> its address (ansible_host)."""
-    found, hosts = found or {}, sorted(hosts or [])
+    hosts = sorted(hosts or [])
     v = hostvars[host]
     vips = _vips(v.get("load_balancer_vip"))
     if not vips:
@@ -234,4 +246,5 @@ class FilterModule:
             "keepalived_instances": keepalived_instances,
             "keepalived_plan": keepalived_plan,
             "keepalived_problems": keepalived_problems,
+            "load_balancer_peers": load_balancer_peers,
         }

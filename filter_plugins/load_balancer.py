@@ -15,7 +15,8 @@ description:
     certificate (gateway_tls_name, else the host's inventory name).
   - load_balancer_problems takes a load balancer's variables and the backends, and returns what
     preflight refuses (TLS half configured, plain HTTP on a network without
-    load_balancer_allow_plaintext, certificates that do not parse, match or have expired).
+    load_balancer_allow_plaintext, certificates that do not parse, match or have expired, a
+    certificate that names neither load_balancer_vip nor load_balancer_vip_name).
   - tls_certificate_facts reads a PEM certificate: subject, names, notAfter, days left.
   - load_balancer_key_map takes the backends, hostvars and the number of load balancers, and
     returns the lines of HAProxy's map of per-key limits, "<backend>:<key's SHA-256> <rate>:<most>":
@@ -169,6 +170,25 @@ def _certificate_problems(name: str, text: str, key_name: str = "", key: str = "
     return problems
 
 
+def _vip_name_problems(cert: str, vip: Any, vip_name: str) -> list[str]:
+    """Clients of a virtual address check the certificate against the address or its DNS name."""
+    vips = [vip] if isinstance(vip, str) else list(vip or [])
+    try:
+        names = set(tls_certificate_facts(cert)["names"])
+    except AnsibleFilterError:
+        return []  # _certificate_problems says why it does not parse
+    problems = []
+    for address in (str(v).split("/")[0] for v in vips if v):
+        if address not in names and vip_name not in names:
+            wanted = f"{address} or load_balancer_vip_name={vip_name}" if vip_name else address
+            problems.append(
+                f"load_balancer_tls_certificate names {', '.join(sorted(names)) or 'nothing'}, not the virtual "
+                f"address {wanted} that clients use (load_balancer_vip), so they would refuse it; fix: a "
+                "certificate whose subject alternative names include it"
+            )
+    return problems
+
+
 def load_balancer_problems(lb: Any, backends: Any) -> list[str]:
     """What a load balancer must not serve with: TLS half configured, keys in clear on a network."""
     if not isinstance(lb, Mapping) or not isinstance(backends, list):
@@ -182,6 +202,7 @@ def load_balancer_problems(lb: Any, backends: Any) -> list[str]:
                         "the inventory, its key from the vault) or neither")  # fmt: skip
     elif cert:
         problems += _certificate_problems("load_balancer_tls_certificate", cert, "load_balancer_tls_key", key)
+        problems += _vip_name_problems(cert, lb.get("load_balancer_vip"), lb.get("load_balancer_vip_name") or "")
     elif not _loopback(bind) and not plain_ok:
         problems.append(f"load_balancer_bind_address={bind}: plain HTTP on a network carries every API key and "
                         "prompt in clear; fix: load_balancer_tls_certificate and load_balancer_tls_key "

@@ -395,8 +395,12 @@ def test_the_example_production_inventory_passes_preflight_on_its_hardware(lab, 
          "load_balancer_bind_address=0.0.0.0: plain HTTP on a network carries every API key"),
         ({"load_balancer_tls_certificate": "", "load_balancer_tls_key": "", "load_balancer_gateway_ca": "",
           "gateway_tls_cert": "", "gateway_tls_key": "", "load_balancer_allow_plaintext": True}, None),
+        ({"load_balancer_vip": "10.0.0.100/24", "keepalived_address": "10.0.0.11"},
+         "load_balancer_vip is set but lb_hosts has 1 member(s)"),
+        ({"load_balancer_vip": "10.0.0.100/24", "keepalived_address": "10.0.0.11"},
+         "load_balancer_tls_certificate names lb-01.example.com, not the virtual address 10.0.0.100"),
     ],
-    ids=["tls-both-hops", "no-gateway-ca", "plain-on-a-network", "plain-on-purpose"],
+    ids=["tls-both-hops", "no-gateway-ca", "plain-on-a-network", "plain-on-purpose", "vip-alone", "vip-not-named"],
 )  # fmt: skip
 def test_the_load_balancers_preflight_refuses_keys_in_clear(tmp_path, extra, words):
     """inventories/prod's load balancer (HTTPS, its key in the example vault, HTTPS gateways)
@@ -409,7 +413,8 @@ def test_the_load_balancers_preflight_refuses_keys_in_clear(tmp_path, extra, wor
     out = " ".join((result.stdout + result.stderr).split())
     if words is None:
         assert result.returncode == 0, out[-3000:]
-        assert "lb-01.example.com : ok=3 changed=0 unreachable=0 failed=0" in out, out[-3000:]  # TLS, monitoring reach
+        # each role's validate (its include, its argument spec, its problems), the check of both, monitoring reach
+        assert "lb-01.example.com : ok=8 changed=0 unreachable=0 failed=0" in out, out[-3000:]
     else:
         assert result.returncode != 0, out[-3000:]
         assert words in out, out[-3000:]

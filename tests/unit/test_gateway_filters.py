@@ -315,3 +315,15 @@ def test_a_gateway_bound_to_loopback_behind_a_load_balancer_elsewhere_is_refused
         "n1 (tiny): its gateway listens on 127.0.0.1 (gateway_bind_address) only, so HAProxy cannot reach it at "
         "gpu-1.example:8080; fix: gateway_bind_address 0.0.0.0 or the address HAProxy reaches"
     ]  # n2: HAProxy reaches it on loopback (the lab's published ports)
+
+
+def test_a_virtual_address_must_be_named_by_the_certificate():
+    """Clients of load_balancer_vip check the certificate against that address or its DNS name."""
+    vip = {**TLS, "load_balancer_gateway_ca": CA, "load_balancer_vip": "10.0.0.100/24"}
+    problems = load_balancer_problems(vip, _backends(True))
+    assert problems == ["load_balancer_tls_certificate names lb.example, not the virtual address 10.0.0.100 that "
+                        "clients use (load_balancer_vip), so they would refuse it; fix: a certificate whose subject "
+                        "alternative names include it"]  # fmt: skip
+    assert load_balancer_problems({**vip, "load_balancer_vip_name": "lb.example"}, _backends(True)) == []
+    named = {**vip, "load_balancer_vip_name": "api.example"}
+    assert "10.0.0.100 or load_balancer_vip_name=api.example" in load_balancer_problems(named, _backends(True))[0]

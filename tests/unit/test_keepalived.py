@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from ft_families import AnsibleFilterError
-from keepalived import keepalived_instances, keepalived_plan, keepalived_problems
+from keepalived import keepalived_instances, keepalived_plan, keepalived_problems, load_balancer_peers
 
 PAIR = {
     "lb-a": {"ansible_host": "10.0.0.11", "load_balancer_vip": "10.0.0.100/24"},
@@ -83,3 +83,11 @@ def test_every_problem_at_once():
                 "lb-b": PAIR["lb-b"]}  # fmt: skip
     found = problems(hostvars)
     assert len(found) >= 3, found
+
+
+def test_haproxys_peers_are_the_same_addresses():
+    facts = {"lb-a": {"ansible_host": "lb-a.example.com", "ansible_default_ipv4": {"address": "10.0.0.21"}},
+             "lb-b": {"keepalived_address": "10.0.0.22"}}  # fmt: skip
+    assert load_balancer_peers(["lb-b", "lb-a"], facts) == [
+        {"name": "lb-a", "address": "10.0.0.21"}, {"name": "lb-b", "address": "10.0.0.22"}]  # fmt: skip
+    assert keepalived_plan(["lb-a", "lb-b"], facts, "lb-a")["peers"] == ["10.0.0.22"]
