@@ -129,9 +129,9 @@ def listing(root: Path) -> dict[str, bytes]:
 
 
 def test_a_checkpoint_directory_is_copied_kept_in_step_and_left_alone(playbook, source):
-    """fleet_model.source.path: the directory is copied as it is (.git left out), a second run
-    changes nothing, a changed or removed file there is changed or removed here, and what was
-    checked out from git before is replaced."""
+    """fleet_model.source.path: the directory is copied as it is (.git left out) over what a git
+    checkout left, a second run changes nothing, a changed or removed file there is changed or
+    removed here, and a file broken here (the record intact) is copied again."""
     tmp = source["tmp"]
     directory = tmp / "upload"
     (directory / "sub").mkdir(parents=True)
@@ -141,11 +141,13 @@ def test_a_checkpoint_directory_is_copied_kept_in_step_and_left_alone(playbook, 
     (directory / ".git").mkdir()
     (directory / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     checkout = tmp / "data" / "checkpoints" / "tiny"
-    assert fetch(playbook, source)[0] == 0  # a git checkout of another source was here first
+    (checkout / ".git").mkdir(parents=True)  # what a git checkout of another source left here
+    (checkout / ".git" / "HEAD").write_text("ref: refs/heads/release\n")
+    (checkout / "old-weights.bin").write_bytes(b"old")
 
     rc, out = copy_from(playbook, tmp, directory, check=True)
     assert rc == 0, out
-    assert (checkout / ".git").is_dir()  # check mode changed nothing
+    assert (checkout / "old-weights.bin").exists()  # check mode changed nothing
 
     rc, out = copy_from(playbook, tmp, directory)
     assert rc == 0, out
@@ -165,7 +167,7 @@ def test_a_checkpoint_directory_is_copied_kept_in_step_and_left_alone(playbook, 
     assert (checkout / "weights.bin").read_bytes() == bytes(reversed(range(256))) * 64
     assert not (checkout / "sub").exists()
 
-    (checkout / "weights.bin").write_bytes(b"cut short")  # a broken copy with the record intact
+    (checkout / "config.json").write_text("{")  # a broken copy, its record intact
     rc, out = copy_from(playbook, tmp, directory)
     assert rc == 0, out
-    assert (checkout / "weights.bin").read_bytes() == bytes(reversed(range(256))) * 64
+    assert (checkout / "config.json").read_text() == json.dumps({"n_embd": 8})

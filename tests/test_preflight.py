@@ -279,6 +279,10 @@ BAD_INVENTORIES = [
     ("metrics-on-loopback", "a100x1", {"triton_server_metrics_bind_address": "127.0.0.1"},
      "triton_server_metrics_bind_address='127.0.0.1': Prometheus on mon scrapes triton on metrics-on-loopback, and "
      "a loopback address keeps it from other hosts"),
+    ("meta-llama-directory", "a100x1", {"model": "metadir"},
+     "Meta's original LLaMA weights (params.json, consolidated.*.pth), not a transformers checkpoint; fix: convert "
+     "them with transformers' convert_llama_weights_to_hf.py"),
+    ("no-such-directory", "a100x1", {"model": "nodir"}, "absent: no such directory on the controller"),
 ]  # fmt: skip
 
 
@@ -293,13 +297,21 @@ def test_bad_inventories_each_fail_before_any_change_naming_the_fix(lab):
     for name, (config, weights, files) in configs.items():
         if name not in sources:
             sources[name] = model_repo(root, name, config, weights=weights, files=files)
-    families = {"gpt2": "gpt", "gptj": "gptj", "gqa": "llama", "oddheads": "gptj", "tfonly": "gpt", "decapoda": "llama"}
+    # Checkpoints in a directory on the controller (fleet_model.source.path): Meta's own LLaMA
+    # files, which transformers' converter must turn into a checkpoint first, and no directory.
+    meta = root / "llama-7b-meta"
+    meta.mkdir(exist_ok=True)
+    (meta / "params.json").write_text("{}")
+    (meta / "consolidated.00.pth").write_bytes(b"\0")
+    sources["metadir"], sources["nodir"] = {"path": str(meta)}, {"path": str(root / "absent")}
+    families = {"gpt2": "gpt", "gptj": "gptj", "gqa": "llama", "oddheads": "gptj", "tfonly": "gpt", "decapoda": "llama",
+                "metadir": "llama", "nodir": "gpt"}  # fmt: skip
     hosts = {}
     for case, gpus, change, _ in BAD_INVENTORIES:
         overrides = dict(change)
         model = overrides.pop("model", "gpt2")
-        fleet_model = {"name": overrides.pop("model_name", model), "family": families[model],
-                       "source": {"url": sources[model], "revision": "main"}}  # fmt: skip
+        source = sources[model] if isinstance(sources[model], dict) else {"url": sources[model], "revision": "main"}
+        fleet_model = {"name": overrides.pop("model_name", model), "family": families[model], "source": source}
         for key in ("data_type", "weight_dtype"):
             if key in overrides:
                 fleet_model[key] = overrides.pop(key)
@@ -424,8 +436,7 @@ def test_the_load_balancers_preflight_refuses_keys_in_clear(tmp_path, extra, wor
 def test_a_checkpoint_in_a_directory_on_the_controller_is_read_there(lab, tmp_path):
     """fleet_model.source.path: preflight reads config.json, the weights' sizes and the tokenizer
     from the directory as from git (a sparse 1 GB file stands for the weights); it refuses a
-    missing directory, Meta's original LLaMA files and a path mixed with git fields, each with
-    the fix."""
+    path mixed with git fields with the fix."""
     directory = tmp_path / "gpt2"
     directory.mkdir()
     (directory / "config.json").write_text(json.dumps(GPT2))
@@ -441,16 +452,8 @@ def test_a_checkpoint_in_a_directory_on_the_controller_is_read_there(lab, tmp_pa
     assert "preflight passed: gpt2 (gpt, tp 1 x pp 1 on GPUs 0; weights safetensors, 1.0 GB)" in said
     assert changed_count(out) == 0
 
-    meta = tmp_path / "llama-7b-meta"
-    meta.mkdir()
-    (meta / "params.json").write_text("{}")
-    (meta / "consolidated.00.pth").write_bytes(b"\0")
-    for source, words in [
-        ({"path": str(meta)}, "Meta's original LLaMA weights (params.json, consolidated.*.pth), not a transformers"),
-        ({"path": str(tmp_path / "absent")}, "no such directory on the controller"),
-        ({"path": str(directory), "revision": "main"}, "fleet_model.source has path and revision"),
-    ]:
-        rc, out = preflight(lab, "a100x1", fleet_model={**model, "source": source})
-        assert rc != 0, out
-        assert words in " ".join(out.split()), out
-        assert changed_count(out) == 0
+    # Refusals (Meta's own files, no directory) are in the bad inventories' one run (above).
+    rc, out = preflight(lab, "a100x1", fleet_model={**model, "source": {"path": str(directory), "revision": "main"}})
+    assert rc != 0, out
+    assert "fleet_model.source has path and revision" in " ".join(out.split()), out
+    assert changed_count(out) == 0
