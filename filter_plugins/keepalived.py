@@ -11,10 +11,9 @@ description:
     or a list of them) into VRRP instances - name, address, prefix, virtual_router_id
     (keepalived_router_id for the first, then one more per address). An empty load_balancer_vip
     gives none (keepalived off).
-  - keepalived_plan takes the load balancers (groups.lb_hosts), hostvars, one host, and
-    optionally the addresses found (host -> its IPv4 address where the inventory names none;
-    default the facts' ansible_default_ipv4), and returns that host's part - its own address
-    (keepalived_address, else an IP ansible_host, else the found one), its priority
+  - keepalived_plan takes the load balancers (groups.lb_hosts), hostvars and one host, and
+    returns that host's part - its own address (keepalived_address, else an IP ansible_host,
+    else the facts' ansible_default_ipv4), its priority
     (keepalived_priority, else 200 less 10 per place in the sorted group), its peers' addresses
     (the others, for unicast VRRP) and the instances.
   - load_balancer_peers gives HAProxy's peers section - each load balancer's name and address.
@@ -54,7 +53,8 @@ TOP_PRIORITY = 200
 PRIORITY_STEP = 10
 
 
-def _vips(vip: Any) -> list[str]:
+def vip_list(vip: Any) -> list[str]:
+    """load_balancer_vip as a list: one address, a list of them, or none."""
     if vip in (None, ""):
         return []
     return [vip] if isinstance(vip, str) else list(vip) if isinstance(vip, list | tuple) else [vip]
@@ -83,7 +83,7 @@ def _int(value: Any, default: int) -> int:
 def keepalived_instances(vip: Any, router_id: Any = DEFAULT_ROUTER_ID) -> list[dict[str, Any]]:
     try:
         first = _int(router_id, DEFAULT_ROUTER_ID)
-        parsed = [_parse(v) for v in _vips(vip)]
+        parsed = [_parse(v) for v in vip_list(vip)]
     except ValueError as err:
         raise AnsibleFilterError(f"keepalived_instances: {err}") from None
     return [
@@ -92,9 +92,9 @@ def keepalived_instances(vip: Any, router_id: Any = DEFAULT_ROUTER_ID) -> list[d
     ]
 
 
-def _own_address(host: str, v: Mapping[str, Any], found: Mapping[str, Any] | None) -> str:
-    """keepalived_address, else an IPv4 ansible_host, else found[host], else the facts' default
-    IPv4 address (ansible_default_ipv4 in hostvars)."""
+def _own_address(v: Mapping[str, Any]) -> str:
+    """keepalived_address, else an IPv4 ansible_host, else the facts' default IPv4 address
+    (ansible_default_ipv4 in hostvars)."""
     if v.get("keepalived_address"):
         return str(v["keepalived_address"])
     named = str(v.get("ansible_host") or "")
@@ -103,8 +103,6 @@ def _own_address(host: str, v: Mapping[str, Any], found: Mapping[str, Any] | Non
         return named
     except ValueError:
         pass
-    if found is not None:
-        return str(found.get(host) or "")
     facts = v.get("ansible_default_ipv4")
     return str(facts.get("address") or "") if isinstance(facts, Mapping) else ""
 
@@ -114,14 +112,14 @@ def _priority(hosts: list[str], host: str, v: Mapping[str, Any]) -> Any:
     return TOP_PRIORITY - PRIORITY_STEP * sorted(hosts).index(host) if value in (None, "") else value
 
 
-def keepalived_plan(hosts: Any, hostvars: Any, host: str, found: Any = None) -> dict[str, Any]:
+def keepalived_plan(hosts: Any, hostvars: Any, host: str) -> dict[str, Any]:
     if not isinstance(hosts, list | tuple) or host not in hosts:
         raise AnsibleFilterError(f"keepalived_plan: {host!r} is not among the load balancers {hosts!r}")
     v = hostvars[host]
     return {
-        "address": _own_address(host, v, found),
+        "address": _own_address(v),
         "priority": int(_priority(list(hosts), host, v)),
-        "peers": [_own_address(h, hostvars[h], found) for h in sorted(hosts) if h != host],
+        "peers": [_own_address(hostvars[h]) for h in sorted(hosts) if h != host],
         "instances": keepalived_instances(v.get("load_balancer_vip"), v.get("keepalived_router_id")),
     }
 
@@ -206,15 +204,15 @@ def _address_problems(own: dict[str, str], parsed: list[Any], inventory: Any) ->
 def load_balancer_peers(hosts: Any, hostvars: Any) -> list[dict[str, str]]:
     """HAProxy's peers (each load balancer's name and address, as keepalived_plan finds it), so
     that the stick tables of the per-key limits follow the virtual address."""
-    return [{"name": h, "address": _own_address(h, hostvars[h], None)} for h in sorted(hosts or [])]
+    return [{"name": h, "address": _own_address(hostvars[h])} for h in sorted(hosts or [])]
 
 
-def keepalived_problems(hosts: Any, hostvars: Any, host: str, found: Any = None, inventory: Any = None) -> list[str]:
+def keepalived_problems(hosts: Any, hostvars: Any, host: str, inventory: Any = None) -> list[str]:
     """Every problem of this load balancer's VRRP settings (the group's included), as sentences.
-    found: host -> the IPv4 address facts gave; inventory: every host -> its address (ansible_host)."""
+    inventory: every other host -> its address (ansible_host)."""
     hosts = sorted(hosts or [])
     v = hostvars[host]
-    vips = _vips(v.get("load_balancer_vip"))
+    vips = vip_list(v.get("load_balancer_vip"))
     if not vips:
         return []
     problems, parsed = [], []
@@ -235,7 +233,7 @@ def keepalived_problems(hosts: Any, hostvars: Any, host: str, found: Any = None,
             "keepalived_auth_pass: VRRP's simple password is 8 characters at most (keepalived cuts the rest); "
             "fix: 8 or fewer, from the vault"
         )
-    own = {h: _own_address(h, hostvars[h], found) for h in hosts}
+    own = {h: _own_address(hostvars[h]) for h in hosts}
     problems += _address_problems(own, parsed, inventory)
     return list(dict.fromkeys(problems))
 

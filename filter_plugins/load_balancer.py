@@ -65,6 +65,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ft_families import AnsibleFilterError
+from keepalived import vip_list
 
 
 def load_balancer_backends(hosts: Any, hostvars: Any, ports: Any = None, base_port: Any = 8090) -> list[dict]:
@@ -172,13 +173,12 @@ def _certificate_problems(name: str, text: str, key_name: str = "", key: str = "
 
 def _vip_name_problems(cert: str, vip: Any, vip_name: str) -> list[str]:
     """Clients of a virtual address check the certificate against the address or its DNS name."""
-    vips = [vip] if isinstance(vip, str) else list(vip or [])
     try:
         names = set(tls_certificate_facts(cert)["names"])
     except AnsibleFilterError:
         return []  # _certificate_problems says why it does not parse
     problems = []
-    for address in (str(v).split("/")[0] for v in vips if v):
+    for address in (str(v).split("/")[0] for v in vip_list(vip)):
         if address not in names and vip_name not in names:
             wanted = f"{address} or load_balancer_vip_name={vip_name}" if vip_name else address
             problems.append(

@@ -13,8 +13,8 @@ PAIR = {
 }
 
 
-def problems(hostvars, host="lb-a", found=None, inventory=None):
-    return keepalived_problems(sorted(hostvars), hostvars, host, found, inventory)
+def problems(hostvars, host="lb-a", inventory=None):
+    return keepalived_problems(sorted(hostvars), hostvars, host, inventory)
 
 
 def test_one_address_or_a_list_makes_one_instance_each_with_its_router_id():
@@ -36,9 +36,10 @@ def test_the_plan_gives_priorities_by_name_and_the_others_as_peers():
     assert (a["address"], a["priority"], a["peers"]) == ("10.0.0.11", 200, ["10.0.0.12"])
     assert (b["address"], b["priority"], b["peers"]) == ("10.0.0.12", 190, ["10.0.0.11"])
     assert a["instances"] == b["instances"]
-    named = {h: {**v, "ansible_host": f"{h}.example.com"} for h, v in PAIR.items()}
     found = {"lb-a": "10.0.0.21", "lb-b": "10.0.0.22"}  # from the hosts' facts
-    assert keepalived_plan(list(named), named, "lb-a", found)["peers"] == ["10.0.0.22"]
+    named = {h: {**v, "ansible_host": f"{h}.example.com", "ansible_default_ipv4": {"address": found[h]}}
+             for h, v in PAIR.items()}  # fmt: skip
+    assert keepalived_plan(list(named), named, "lb-a")["peers"] == ["10.0.0.22"]
     chosen = {**PAIR, "lb-b": {**PAIR["lb-b"], "keepalived_priority": 250, "keepalived_address": "10.0.0.13"}}
     assert keepalived_plan(list(chosen), chosen, "lb-b")["priority"] == 250
     assert keepalived_plan(list(chosen), chosen, "lb-a")["peers"] == ["10.0.0.13"]
