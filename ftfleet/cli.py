@@ -248,7 +248,7 @@ def fleet_report(args: argparse.Namespace, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     top = parser()
     args, rest = top.parse_known_args(argv)
-    if rest and args.command != "bench":  # only bench takes options of its own (serving_bench's)
+    if rest and args.command != "bench":  # only bench takes options of its own (ftfleet/bench.py's)
         top.error(f"unrecognized arguments: {' '.join(rest)}")
     console = Console(soft_wrap=True)  # lines as they are: notes and diffs stay greppable in logs
     if args.command == "plan":
@@ -263,11 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         run, runner, run_dir = execute(args, "site.yml", cmdline(args), "ftfleet apply", console)
         return finish(run, runner, run_dir, console, command="apply")
     if args.command == "bench":
-        if str(ROOT) not in sys.path:
-            sys.path.insert(0, str(ROOT))
-        from benchmarks import serving_bench  # noqa: PLC0415 - heavy imports only for this command
+        from ftfleet import bench  # noqa: PLC0415 - numpy and the clients only for this command
 
-        return serving_bench.main(rest + args.bench_args)
+        return bench.main(rest + args.bench_args)
     if args.command == "report":
         return fleet_report(args, console)
     words = cmdline(args, "-e", json.dumps({"fleet_status_interval": args.interval}))

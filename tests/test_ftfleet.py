@@ -147,7 +147,7 @@ def test_help_and_usage_errors():
     assert done.returncode == 0
     for word in ("plan", "apply", "status", "bench", "Exit codes", "runs/"):
         assert word in done.stdout
-    bench = ftfleet("bench", "--help")  # serving_bench's own options pass through
+    bench = ftfleet("bench", "--help")  # bench.py's own options pass through
     assert bench.returncode == 0, bench.stderr
     assert "--concurrency" in bench.stdout
     assert "HAProxy" in bench.stdout

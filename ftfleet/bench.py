@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from ftfleet.events import ROOT
+
 LAB_KEY = "ftf-lab-key-not-a-secret-0001"  # inventories/lab/group_vars/gpu_hosts/gateway.yml
 
 
@@ -318,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                 baseline(lab_checkpoint(Path(work)), args.prompt, args.tokens, min(args.requests, 16))
             ]
     write(results, Path(args.out))
-    print(f"serving_bench: wrote {args.out}/serving.json, serving.md, serving.png")
+    print(f"ftfleet bench: wrote {args.out}/serving.json, serving.md, serving.png")
     return 0
 
 
