@@ -55,7 +55,7 @@ lint: test-setup  ## yamllint --strict, ansible-lint (production profile), ruff,
 	$(BIN)/python scripts/check-pythons
 
 unit: test-setup  ## pytest: filter unit tests and playbook-level tests
-	pytest -m "not docker and not lab" -n 2 --dist loadfile --durations=20 --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
+	pytest -m "not docker and not lab and not scale" -n 2 --dist loadfile --durations=20 --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
 
 harness: tools  ## a Docker engine and the locally built base image
 	scripts/ensure-docker

@@ -1,5 +1,6 @@
 """Who makes a shared artifact (an image, a set of shards, a tuned gemm_config.in) and who takes
-it from the registry: one election, used by container_image, ft_convert and ft_gemm_tune."""
+it from the registry: one election for the whole play, used by container_image, ft_convert and
+ft_gemm_tune in a run_once task, which reads each host's variables once (linear in the hosts)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,21 @@ from collections.abc import Mapping
 from typing import Any
 
 DOCUMENTATION = r"""
-name: fleet_artifact_plan
-short_description: What this host does for an artifact the play's hosts may share through a registry
+name: fleet_artifact_plans
+short_description: What each of the play's hosts does for an artifact they may share through a registry
 description:
-  - The peers are the play's hosts (in play order) whose variable I(key) (the artifact's name or
-    inputs hash) equals this host's. A peer has the artifact when its variable I(have) is true.
-  - Returns C(have) when this host has it (C(push) instead when the registry lacks it and this is
-    the first peer that has it); without a registry C(make); else C(pull) when the registry has it;
-    else C(make) on the first peer that lacks it when no peer has it, and C(wait) on every other
-    peer (the maker, or the peer that pushes, goes first: the linear strategy runs each task on
-    every host before the next task, so a later pull finds the artifact pushed).
+  - Called once per play (run_once), it reads each host's variables once, so its cost grows with
+    the number of hosts, not with its square (a per-host election over every host's variables took
+    55 s for 200 hosts; docs/performance.md, "A thousand hosts").
+  - The peers of a host are the play's hosts (in play order) whose variable I(key) (the artifact's
+    name or inputs hash) equals its own; hosts without I(key) take no part. A peer has the artifact
+    when its variable I(have) is true; the registry has it when the peer's variable I(in_registry)
+    is true.
+  - Each host gets C(have) when it has the artifact (C(push) instead when the registry lacks it and
+    this is the first peer that has it); without a registry C(make); else C(pull) when the registry
+    has it; else C(make) on the first peer that lacks it when no peer has it, and C(wait) on every
+    other peer (the maker, or the peer that pushes, goes first: the linear strategy runs each task
+    on every host before the next task, so a later pull finds the artifact pushed).
   - C(source) names the peer the others wait for (the first that has it, else the first that
     lacks it).
 options:
@@ -28,10 +34,6 @@ options:
     description: Ansible's hostvars.
     type: dict
     required: true
-  me:
-    description: This host's name (inventory_hostname).
-    type: str
-    required: true
   key:
     description: The variable that names the artifact on each host.
     type: str
@@ -40,11 +42,11 @@ options:
     description: The boolean variable that says whether a host has the artifact.
     type: str
     required: true
+  in_registry:
+    description: The boolean variable that says whether the registry has the host's artifact.
+    type: str
   registry:
     description: Whether the fleet has a registry.
-    type: bool
-  in_registry:
-    description: Whether the registry has the artifact.
     type: bool
   make:
     description: The word for making it here (build, convert, tune).
@@ -52,16 +54,21 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Elect
+- name: Elect, once for the play's hosts
   ansible.builtin.set_fact:
-    __plan: >-
-      {{ ansible_play_hosts | fleet_artifact_plan(hostvars, inventory_hostname, '__ref', '__local',
-         registry=true, in_registry=false, make='convert') }}
+    __plans: >-
+      {{ ansible_play_hosts | fleet_artifact_plans(hostvars, '__ref', '__local', '__in_registry',
+         registry=true, make='convert') }}
+  run_once: true
+
+- name: Take this host's part
+  ansible.builtin.set_fact:
+    __plan: "{{ __plans[inventory_hostname].plan }}"
 """
 
 RETURN = r"""
 _value:
-  description: "{plan: have|push|<make>|pull|wait, source: the host the others wait for, or ''}"
+  description: "host -> {plan: have|push|<make>|pull|wait, source: the host the others wait for, or ''}"
   type: dict
 """
 
@@ -73,38 +80,43 @@ def _true(value: Any) -> bool:
     return bool(value)
 
 
-def fleet_artifact_plan(
+def fleet_artifact_plans(
     hosts: list[str],
     hostvars: Mapping[str, Mapping[str, Any]],
-    me: str,
     key: str,
     have: str,
+    in_registry: str = "",
     registry: bool = False,
-    in_registry: bool = False,
     make: str = "make",
-) -> dict[str, str]:
-    mine = hostvars[me][key]
-    peers = [host for host in hosts if key in hostvars[host] and hostvars[host][key] == mine]
-    if me not in peers:  # ansible_play_hosts leaves out a host that failed earlier; the caller has not
-        peers.append(me)
-    holders = [host for host in peers if _true(hostvars[host].get(have, False))]
-    lackers = [host for host in peers if host not in holders]
-    pusher = holders[0] if holders else ""
-    maker = lackers[0] if lackers else ""
-    registry, in_registry = _true(registry), _true(in_registry) and _true(registry)
-    if me in holders:
-        plan = "push" if registry and not in_registry and pusher == me else "have"
-    elif not registry:
-        plan = make
-    elif in_registry:
-        plan = "pull"
-    elif pusher or maker != me:
-        plan = "wait"
-    else:
-        plan = make
-    return {"plan": plan, "source": pusher or maker}
+) -> dict[str, dict[str, str]]:
+    registry = _true(registry)
+    peers: dict[Any, list[tuple[str, bool, bool]]] = {}  # artifact -> [(host, has it, registry has it)]
+    for host in dict.fromkeys(hosts):
+        facts = hostvars[host]  # each host's variables once: a lookup templates that host's variables
+        if key not in facts:
+            continue
+        found = registry and in_registry and _true(facts.get(in_registry, False))
+        peers.setdefault(str(facts[key]), []).append((host, _true(facts.get(have, False)), found))
+    plans = {}
+    for group in peers.values():
+        holders = [host for host, held, _ in group if held]
+        pusher = holders[0] if holders else ""
+        maker = next((host for host, held, _ in group if not held), "")
+        for host, held, found in group:
+            if held:
+                plan = "push" if registry and not found and pusher == host else "have"
+            elif not registry:
+                plan = make
+            elif found:
+                plan = "pull"
+            elif pusher or maker != host:
+                plan = "wait"
+            else:
+                plan = make
+            plans[host] = {"plan": plan, "source": pusher or maker}
+    return plans
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"fleet_artifact_plan": fleet_artifact_plan}
+        return {"fleet_artifact_plans": fleet_artifact_plans}

@@ -260,8 +260,15 @@ def _gpu_list_problems(devices: Any) -> list[str]:
 def _serve_batch_problems(v: Mapping[str, Any]) -> list[str]:
     problems = []
     serial = v.get("fleet_serve_serial")
-    if serial is not None and not re.fullmatch(r"[1-9]\d*|(100|[1-9]\d?)%", str(serial)):
-        problems.append(f"fleet_serve_serial={_show(serial)}: must be a number >= 1 or a percentage 1%-100%")
+    batches = serial if isinstance(serial, list) else [serial]
+    if serial is not None and (
+        not batches
+        or not all(re.fullmatch(r"[1-9]\d*|(100|[1-9]\d?)%", str(b)) and not isinstance(b, bool) for b in batches)
+    ):
+        problems.append(
+            f"fleet_serve_serial={_show(serial)}: must be a number >= 1, a percentage 1%-100%, or a "
+            'list of them (batch sizes; the last repeats); fix: e.g. 1, "25%" or [1, "10%", "50%"]'
+        )
     fail = v.get("fleet_serve_max_fail_percentage")
     if fail is not None and not (re.fullmatch(r"\d+", str(fail)) and int(fail) <= 100):
         problems.append(f"fleet_serve_max_fail_percentage={_show(fail)}: must be a number from 0 to 100")

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ftfleet import view
+from ftfleet import rollout, view
 from ftfleet.events import ROOT, Run
 
 EXIT = {"ok": 0, "error": 1, "failed": 2, "unreachable": 4, "usage": 64}
@@ -144,10 +144,20 @@ def finish(run: Run, runner: Any, run_dir: Path, console: Console, **about: Any)
     console.print(view.per_stage(run))
     if run.changes or run.failures:
         console.print(view.changes(run))
+    if about.get("rollout"):
+        console.print(rollout.describe(about["rollout"]), markup=False, highlight=False)
     total = sum(len(r) and sum(r.values()) for r in report["changed"].values())
     console.print(f"{about.get('command')}: {result}, {total} changed task(s) in {report['seconds']} s; "
                   f"report: {run_dir / 'report.json'}, {run_dir / 'summary.md'}")  # fmt: skip
     return EXIT[result]
+
+
+def planned_rollout(args: argparse.Namespace, run: Run) -> dict[str, Any]:
+    """The serve stage's batches for the hosts whose restart the plan found, and how long they
+    would take by the last applies' restart times (ftfleet/rollout.py)."""
+    hosts = list(run.batched)
+    serial = rollout.serial_of(args.extra_vars, Path.cwd())
+    return rollout.plan(hosts, set(run.restarts), serial, rollout.restart_seconds(args.runs_dir))
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -253,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(soft_wrap=True)  # lines as they are: notes and diffs stay greppable in logs
     if args.command == "plan":
         run, runner, run_dir = execute(args, "site.yml", cmdline(args, "--check", "--diff"), "ftfleet plan", console)
-        code = finish(run, runner, run_dir, console, command="plan")
+        code = finish(run, runner, run_dir, console, command="plan", rollout=planned_rollout(args, run))
         if args.diffs:
             for entry in run.diffs:
                 console.rule(f"{entry['host']} {entry['stage']}: {entry['task']}")

@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,23 @@ def stage_of_play() -> dict[str, str]:
         for play in yaml.safe_load(path.read_text()):
             stages[play["name"]] = path.stem
     return stages
+
+
+def rollout_plays() -> tuple[str, list[str]]:
+    """The serve stage's play that restarts hosts in batches (its `serial` is fleet_serve_serial),
+    and the serve plays of the same hosts (every host that play batches passes through them; one
+    with nothing to restart leaves the rollout play at once, without an event)."""
+    plays = yaml.safe_load((ROOT / "playbooks" / "serve.yml").read_text())
+    rollout = next(play for play in plays if "fleet_serve_serial" in str(play.get("serial", "")))
+    return rollout["name"], [play["name"] for play in plays if play["hosts"] == rollout["hosts"]]
+
+
+def event_time(event: Mapping[str, Any]) -> float:
+    """When an event happened: ansible-runner's `created` (UTC), else now."""
+    try:
+        return datetime.fromisoformat(str(event["created"])).replace(tzinfo=UTC).timestamp()
+    except (KeyError, ValueError):
+        return time.time()
 
 
 @dataclass
@@ -94,7 +112,13 @@ class Run:
     diffs: list[dict[str, Any]] = field(default_factory=list)
     notes: list[dict[str, str]] = field(default_factory=list)  # debug messages, asserts' success_msg
     stage: str = ""
+    play: str = ""
     in_handlers: bool = False
+    rollout: tuple[str, list[str]] = field(default_factory=rollout_plays)
+    # host -> [first start, last result] of its restart in the rollout play (a host with nothing
+    # to restart leaves that play at its first task, which has no role)
+    restarts: dict[str, list[float]] = field(default_factory=dict)
+    batched: dict[str, None] = field(default_factory=dict)  # the hosts the rollout play batches, in order
     began: float = field(default_factory=time.monotonic)
 
     def host(self, name: str) -> HostState:
@@ -103,6 +127,7 @@ class Run:
     def handle(self, event: Mapping[str, Any]) -> bool:
         kind, data = event.get("event", ""), event.get("event_data") or {}
         if kind == "playbook_on_play_start":
+            self.play = data.get("play") or data.get("name") or ""
             self.stage = self.stages.get(data.get("play") or data.get("name") or "", data.get("play") or "")
         elif kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
             # Ansible starts a handler with is_conditional set (ansible-runner forwards it as a task start).
@@ -134,7 +159,17 @@ class Run:
         elif kind == "playbook_on_stats":
             for host in self.hosts.values():
                 host.done, host.task, host.progress = True, "", ""
+        if kind.startswith("runner_on_") and data.get("host") and self.play in self.rollout[1]:
+            self._rollout(kind, data, event)
         return True
+
+    def _rollout(self, kind: str, data: Mapping[str, Any], event: Mapping[str, Any]) -> None:
+        """The hosts the rollout play batches, and how long each restart took (from the first
+        result of its roles' tasks, less that task's duration, to the last)."""
+        self.batched.setdefault(data["host"])
+        if self.play == self.rollout[0] and data.get("role") and kind not in ("runner_on_skipped", "runner_on_start"):
+            at = event_time(event)
+            self.restarts.setdefault(data["host"], [at - float(data.get("duration") or 0.0), at])[1] = at
 
     def _result(self, kind: str, data: Mapping[str, Any], stdout: str = "") -> None:
         state, res = self.host(data["host"]), data.get("res") or {}
@@ -192,4 +227,5 @@ class Run:
             "changes": [step.as_dict() for step in self.changes],
             "failures": [step.as_dict() for step in self.failures],
             "notes": self.notes,
+            "rollout": {host: round(end - start, 1) for host, (start, end) in sorted(self.restarts.items())},
         }

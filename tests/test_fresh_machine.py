@@ -364,6 +364,10 @@ def a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_wh
         made = [(c["role"], c["task"], c.get("handler", False)) for c in changed["changes"] if c["host"] == host]
         assert made == ROLLOUT, (host, made)
     assert changed["changed"]["lab-lb"] == {"preflight": 0, "serve": 0, "monitoring": 0}, changed["changed"]
+    # each host's restart timed, from its drain to its return (ftfleet plan estimates rollouts from them)
+    print(f"restart seconds per host: {changed['rollout']}")
+    assert set(changed["rollout"]) == {"lab-node1", "lab-node2"}
+    assert min(changed["rollout"].values()) > 0
 
 
 def status_shows_both_hosts_serving() -> None:
@@ -396,6 +400,9 @@ def plan_previews_a_gpu_change_without_changing_it() -> None:
     assert '+parameters { key: "tensor_para_size" value: { string_value: "2" } }' in out
     assert "+    --label=ftfleet.gpus=0,1" in out
     assert "lab-node1 gateway answers" in out  # the gate asked through the front
+    # the rollout it would make: lab-node1 alone, timed by the rollout's apply above
+    said = " ".join(out.split())
+    assert "serve: 1 host(s) restart in 1 of 1 batch(es) of 1 host(s) (fleet_serve_serial=1); about" in said, said
     served_config = "/srv/ftfleet/models/tiny-gpt2/fastertransformer/config.pbtxt"
     still, _ = inside(f"docker exec lab-node1 grep -c '/fastertransformer/1/1-gpu\"' {served_config}")
     assert still.stdout.strip() == "1", "check mode changed the served config.pbtxt"

@@ -1,27 +1,27 @@
-"""The election that decides, per host, who makes a shared artifact and who takes it from the
-registry (container_image, ft_convert, ft_gemm_tune)."""
+"""The election that decides, for the play's hosts, who makes a shared artifact and who takes it
+from the registry (container_image, ft_convert, ft_gemm_tune), and what it costs in lookups."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
-from fleet_artifacts import fleet_artifact_plan
+from fleet_artifacts import fleet_artifact_plans
 
 HOSTS = ["a", "b", "c", "d"]
 
 
-def hostvars(have: dict[str, bool], names: dict[str, str] | None = None) -> dict[str, dict]:
+def hostvars(have: dict[str, bool], names: dict[str, str] | None = None, in_registry: bool = False) -> dict:
     """Every host needs artifact x unless `names` says otherwise; `have` says who has it."""
     names = names or {}
-    return {host: {"ref": names.get(host, "x"), "local": have.get(host, False)} for host in HOSTS}
+    return {host: {"ref": names.get(host, "x"), "local": have.get(host, False), "found": in_registry}
+            for host in HOSTS}  # fmt: skip
 
 
 def plans(have: dict[str, bool], registry: bool, in_registry: bool, names: dict[str, str] | None = None):
-    facts = hostvars(have, names)
-    return {
-        host: fleet_artifact_plan(HOSTS, facts, host, "ref", "local", registry=registry, in_registry=in_registry,
-                                  make="convert")["plan"]
-        for host in HOSTS
-    }  # fmt: skip
+    facts = hostvars(have, names, in_registry)
+    elected = fleet_artifact_plans(HOSTS, facts, "ref", "local", "found", registry=registry, make="convert")
+    return {host: elected[host]["plan"] for host in HOSTS}
 
 
 @pytest.mark.parametrize(
@@ -37,6 +37,8 @@ def plans(have: dict[str, bool], registry: bool, in_registry: bool, names: dict[
         ({"c": True}, True, True, {"a": "pull", "b": "pull", "c": "have", "d": "pull"}),
         # A host has it and the registry lacks it: the first holder pushes, nobody makes it.
         ({"c": True, "d": True}, True, False, {"a": "wait", "b": "wait", "c": "push", "d": "have"}),
+        # A registry's answer without a registry means nothing.
+        ({}, False, True, {"a": "convert", "b": "convert", "c": "convert", "d": "convert"}),
     ],
 )
 def test_one_host_makes_or_pushes_and_the_others_wait_or_pull(have, registry, in_registry, expected):
@@ -50,18 +52,46 @@ def test_hosts_that_need_different_artifacts_elect_separately():
 
 
 def test_the_source_is_the_first_holder_else_the_first_that_lacks_it():
-    facts = hostvars({"c": True})
-    assert fleet_artifact_plan(HOSTS, facts, "a", "ref", "local", registry=True) == {"plan": "wait", "source": "c"}
-    facts = hostvars({})
-    assert fleet_artifact_plan(HOSTS, facts, "d", "ref", "local", registry=True) == {"plan": "wait", "source": "a"}
+    elected = fleet_artifact_plans(HOSTS, hostvars({"c": True}), "ref", "local", "found", registry=True)
+    assert elected["a"] == {"plan": "wait", "source": "c"}
+    elected = fleet_artifact_plans(HOSTS, hostvars({}), "ref", "local", "found", registry=True)
+    assert elected["d"] == {"plan": "wait", "source": "a"}
 
 
-def test_string_booleans_and_a_host_missing_from_the_play_hosts():
-    facts = {"a": {"ref": "x", "local": "False"}, "b": {"ref": "x", "local": "True"}, "z": {"ref": "x"}}
-    assert fleet_artifact_plan(["a", "b"], facts, "a", "ref", "local", registry="true")["plan"] == "wait"
-    assert fleet_artifact_plan(["a", "b"], facts, "b", "ref", "local", registry=True)["plan"] == "push"
-    # z failed earlier and left ansible_play_hosts; asked anyway, it decides as the last peer.
-    assert fleet_artifact_plan(["a", "b"], facts, "z", "ref", "local", registry=True, in_registry=True) == {
-        "plan": "pull", "source": "b"}  # fmt: skip
-    # in_registry without a registry means nothing
-    assert fleet_artifact_plan(["a"], {"a": {"ref": "x"}}, "a", "ref", "local", in_registry=True)["plan"] == "make"
+def test_string_booleans_and_hosts_without_the_artifact():
+    facts = {"a": {"ref": "x", "local": "False"}, "b": {"ref": "x", "local": "True"}, "z": {"local": True}}
+    elected = fleet_artifact_plans(["a", "b", "z"], facts, "ref", "local", registry="true")
+    assert elected == {"a": {"plan": "wait", "source": "b"}, "b": {"plan": "push", "source": "b"}}  # z takes no part
+
+
+class Counted(Mapping):
+    """hostvars that count how often a host's variables are looked up (in Ansible each lookup
+    templates that host's variables: the cost that grew with the square of the hosts)."""
+
+    def __init__(self, facts: dict) -> None:
+        self.facts, self.lookups = facts, 0
+
+    def __getitem__(self, host: str) -> dict:
+        self.lookups += 1
+        return self.facts[host]
+
+    def __iter__(self):
+        return iter(self.facts)
+
+    def __len__(self) -> int:
+        return len(self.facts)
+
+
+@pytest.mark.parametrize("count", [10, 100, 1000])
+def test_one_election_reads_each_hosts_variables_once(count):
+    """The play's election for N hosts costs N lookups (the per-host election it replaced cost
+    N x N: each host read every host's variables)."""
+    hosts = [f"gpu-{i:04d}" for i in range(count)]
+    facts = Counted({h: {"ref": f"m{i % 7}", "local": i % 5 == 0, "found": False} for i, h in enumerate(hosts)})
+    elected = fleet_artifact_plans(hosts, facts, "ref", "local", "found", registry=True, make="tune")
+    assert facts.lookups == count
+    assert len(elected) == count
+    # per artifact, the first host that has it pushes, else the first host makes it
+    held = {f"m{i % 7}" for i in range(count) if i % 5 == 0}
+    made = [p["plan"] for p in elected.values()]
+    assert (made.count("push"), made.count("tune")) == (len(held), min(count, 7) - len(held))

@@ -47,6 +47,11 @@ def test_the_defaults_and_a_valid_host_have_no_problem():
                                  "fleet_ft_container_version": "23.04"}, H100) == []  # fmt: skip
 
 
+@pytest.mark.parametrize("serial", [1, "3", "25%", "100%", [1, "10%", "50%"], [2, 5]])
+def test_every_form_of_ansibles_serial_is_a_rollout(serial):
+    assert fleet_input_problems({**GOOD, "fleet_serve_serial": serial}, A100) == []
+
+
 @pytest.mark.parametrize(
     ("container", "cuda", "sms"),
     [
@@ -149,6 +154,9 @@ def test_container_sms_refuses_unknown_versions(bad):
          "nvidia_driver_branch='latest': must be a driver branch such as '535'"),
         ("token with a line break", {"fleet_hf_token": "hf_abc\n"}, A100, "fleet_hf_token: must be one word"),
         ("serve serial", {"fleet_serve_serial": "0"}, A100, "fleet_serve_serial='0': must be a number >= 1"),
+        ("serve batches", {"fleet_serve_serial": [1, "10%", "0%"]}, A100,
+         "fleet_serve_serial=[1, '10%', '0%']: must be a number >= 1, a percentage 1%-100%, or a list of them"),
+        ("no serve batches", {"fleet_serve_serial": []}, A100, "fleet_serve_serial=[]: must be a number >= 1"),
         ("max fail", {"fleet_serve_max_fail_percentage": 150}, A100, "fleet_serve_max_fail_percentage=150"),
         ("registry with a scheme", {"fleet_registry": "https://registry.example.com"}, A100,
          "fleet_registry='https://registry.example.com': must be host[:port][/path] without the scheme"),
