@@ -45,7 +45,9 @@ _value:
 
 import difflib
 import functools
+import hashlib
 import ipaddress
+import json
 import os
 import re
 import sys
@@ -78,21 +80,26 @@ def _yaml(path: Path) -> Any:
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
-@functools.cache
-def role_specs() -> dict[str, tuple[str, dict[str, Any]]]:
-    """option name -> (role, its argument spec without the documentation-only keys)."""
+# What every host's check derives from the project's files, kept in a JSON file beside them:
+# Ansible runs each host's check in a worker of its own, so a per-process cache starts empty on
+# every host, and parsing the roles' YAML each time cost more than the check (docs/performance.md,
+# "A thousand hosts").
+SOURCES = ("roles/*/meta/argument_specs.yml", "roles/*/defaults/main.yml", "roles/*/tasks/*.yml",
+           "group_vars/all/fleet.yml", "docs/variables.md")  # fmt: skip
+DERIVED = PROJECT / ".cache" / "fleet-inputs.json"
+
+
+def _read_specs() -> dict[str, list]:
     specs = {}
     for path in sorted(PROJECT.glob("roles/*/meta/argument_specs.yml")):
         role = path.parent.parent.name
         options = _yaml(path)["argument_specs"]["main"].get("options") or {}
         for name, spec in options.items():
-            specs[name] = (role, {k: v for k, v in spec.items() if k in ("type", "choices", "elements")})
+            specs[name] = [role, {k: v for k, v in spec.items() if k in ("type", "choices", "elements")}]
     return specs
 
 
-@functools.cache
-def role_defaults() -> dict[str, Any]:
-    """The literal defaults of every role (templated ones are left out)."""
+def _read_defaults() -> dict[str, Any]:
     values = {}
     for path in sorted(PROJECT.glob("roles/*/defaults/main.yml")):
         for name, value in (_yaml(path) or {}).items():
@@ -101,9 +108,7 @@ def role_defaults() -> dict[str, Any]:
     return values
 
 
-@functools.cache
-def role_outputs() -> frozenset[str]:
-    """Variables the roles set themselves (set_fact, register): not inputs, never typos."""
+def _read_outputs() -> list[str]:
     names = set()
     for path in PROJECT.glob("roles/*/tasks/*.yml"):
         text = path.read_text()
@@ -112,15 +117,61 @@ def role_outputs() -> frozenset[str]:
         names.update(re.findall(r"^\s+container_image_fact:\s+([a-z][a-z0-9_]*)", text, re.MULTILINE))
         for block in re.findall(r"set_fact:\n((?:\s{4,}.*\n)+)", text):
             names.update(re.findall(r"^\s{4}([a-z][a-z0-9_]*):", block, re.MULTILINE))
-    return frozenset(names)
+    return sorted(names)
+
+
+def _read_fleet_names() -> list[str]:
+    names = set(_yaml(PROJECT / "group_vars/all/fleet.yml"))
+    names.update(re.findall(r"\bfleet_[a-z_]+[a-z]\b", (PROJECT / "docs/variables.md").read_text()))
+    return sorted(names)
+
+
+@functools.cache
+def _derived() -> dict[str, Any]:
+    """The four derived tables, from DERIVED when it was made from the same files (names, sizes
+    and times), else read afresh and written there (best effort: a read-only checkout reads)."""
+    files = sorted(path for pattern in SOURCES for path in PROJECT.glob(pattern))
+    stamp = [(str(path.relative_to(PROJECT)), path.stat().st_mtime_ns, path.stat().st_size) for path in files]
+    signature = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()
+    try:
+        kept = json.loads(DERIVED.read_text())
+        if kept.get("signature") == signature:
+            return kept
+    except (OSError, ValueError):
+        pass
+    derived = {"signature": signature, "specs": _read_specs(), "defaults": _read_defaults(),
+               "outputs": _read_outputs(), "fleet": _read_fleet_names()}  # fmt: skip
+    try:
+        DERIVED.parent.mkdir(exist_ok=True)
+        partial = DERIVED.with_name(f"{DERIVED.name}.{os.getpid()}")
+        partial.write_text(json.dumps(derived))
+        partial.replace(DERIVED)
+    except OSError:
+        pass
+    return derived
+
+
+@functools.cache
+def role_specs() -> dict[str, tuple[str, dict[str, Any]]]:
+    """option name -> (role, its argument spec without the documentation-only keys)."""
+    return {name: (role, spec) for name, (role, spec) in _derived()["specs"].items()}
+
+
+def role_defaults() -> dict[str, Any]:
+    """The literal defaults of every role (templated ones are left out)."""
+    return _derived()["defaults"]
+
+
+@functools.cache
+def role_outputs() -> frozenset[str]:
+    """Variables the roles set themselves (set_fact, register): not inputs, never typos."""
+    return frozenset(_derived()["outputs"])
 
 
 @functools.cache
 def fleet_names() -> frozenset[str]:
     """The fleet_* inputs: group_vars/all/fleet.yml and those documented in docs/variables.md."""
-    names = set(_yaml(PROJECT / "group_vars/all/fleet.yml"))
-    names.update(re.findall(r"\bfleet_[a-z_]+[a-z]\b", (PROJECT / "docs/variables.md").read_text()))
-    return frozenset(names)
+    return frozenset(_derived()["fleet"])
 
 
 def _role_of(name: str) -> str | None:

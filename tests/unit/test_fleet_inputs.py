@@ -3,6 +3,8 @@ container -> CUDA -> buildable SM table; config.json shapes the converters canno
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from configs import GPTJ_6B, LLAMA_7B
 from cuda_compat import container_sms
@@ -282,3 +284,27 @@ def test_a_shipped_chat_template_or_a_file_on_the_controller_is_accepted(tmp_pat
     for name in ("", "h2ogpt", str(own)):
         values = {**GOOD, "fleet_gateway": True, "gateway_chat_template": name}
         assert [p for p in fleet_input_problems(values, A100) if "chat_template" in p] == [], name
+
+
+def test_the_derived_tables_are_kept_on_disk_for_the_same_files_only(tmp_path, monkeypatch):
+    """Each host's check runs in a worker of its own: the tables derived from the roles' files
+    come from a JSON file made from the same files (names, sizes, times), never from a stale one."""
+    import fleet_inputs  # noqa: PLC0415
+
+    kept = tmp_path / "fleet-inputs.json"
+    monkeypatch.setattr(fleet_inputs, "DERIVED", kept)
+    fleet_inputs._derived.cache_clear()
+    fresh = fleet_inputs._derived()
+    assert json.loads(kept.read_text()) == fresh
+    assert "fleet_model" in fresh["fleet"]
+    assert fresh["specs"]["gateway_port"][0] == "gateway"
+    # the same signature: read from the file as it is
+    kept.write_text(json.dumps({**fresh, "fleet": ["fleet_marker"]}))
+    fleet_inputs._derived.cache_clear()
+    assert fleet_inputs._derived()["fleet"] == ["fleet_marker"]
+    # another signature (the files changed since): derived again, and written again
+    kept.write_text(json.dumps({**fresh, "signature": "0" * 64, "fleet": ["fleet_marker"]}))
+    fleet_inputs._derived.cache_clear()
+    assert fleet_inputs._derived() == fresh
+    assert json.loads(kept.read_text()) == fresh
+    fleet_inputs._derived.cache_clear()
