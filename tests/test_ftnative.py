@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -312,3 +313,27 @@ def test_a_killed_conversion_leaves_the_old_shards_and_the_next_run_completes(tm
     again = convert(tmp_path / "hf", tmp_path / "ft", "gptj", 2, "fp32", workers=1, log=lambda _m: None)
     assert again.resolve() != old_build
     assert {p.name for p in (tmp_path / "ft").iterdir()} == {"2-gpu", again.resolve().name}  # leftovers gone
+
+
+@pytest.mark.parametrize(("family", "fixed"), [("gptj", 1e-6), ("gptneox", 1e-5), ("gpt", None)])
+def test_the_layer_norms_use_fts_own_epsilon_where_ft_fixes_it(tmp_path, family, fixed):
+    """FT's GPT-J and GPT-NeoX models ignore config.ini's layernorm_eps (GptJ.h: 1e-6,
+    GptNeoX.h: 1e-5; on an H200 a config.ini with layernorm_eps = 0.5 left GPT-NeoX's tokens
+    unchanged and changed GPT's, docs/testing.md "The GPU tier"): the stand-in decodes with FT's
+    constant too, so a checkpoint whose epsilon differs is served here as FT serves it."""
+    make_model(tmp_path / "hf", family)
+    shards = convert(tmp_path / "hf", tmp_path / "ft", family, 1, "fp32", workers=1, log=lambda _m: None)
+    before = load(shards).generate(PROMPT, NEW_TOKENS)
+    ini = (shards / "config.ini").read_text()
+    if re.search(r"(?m)^layernorm_eps = ", ini):
+        ini = re.sub(r"(?m)^layernorm_eps = .*$", "layernorm_eps = 0.5", ini)
+    else:  # GPT-J's config.ini has no such key: give it one
+        ini = re.sub(r"(?m)^(\[(?!ft_instance)[^\]]+\])$", r"\1\nlayernorm_eps = 0.5", ini, count=1)
+    (shards / "config.ini").write_text(ini)
+    changed = load(shards)
+    if fixed is None:  # FT's GPT reads it: so does the stand-in, and the tokens change
+        assert changed.eps == 0.5
+        assert changed.generate(PROMPT, NEW_TOKENS) != before
+    else:
+        assert changed.eps == fixed
+        assert changed.generate(PROMPT, NEW_TOKENS) == before

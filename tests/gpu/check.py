@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,10 @@ import transformers  # noqa: E402
 
 from ftnative.convert import convert  # noqa: E402
 from ftnative.decode import load  # noqa: E402
+from ftnative.registry import FAMILIES as REGISTRY  # noqa: E402
+from ftnative.registry import ft_model_params  # noqa: E402
+
+WEIGHT_DTYPES = {family: spec.weight_dtypes for family, spec in REGISTRY.items()}
 
 VOCAB, LAYERS, HEADS, HEAD_SIZE = 1024, 2, 2, 64  # FT's masked attention takes head sizes 32, 64, 80, ...
 HIDDEN = HEADS * HEAD_SIZE
@@ -83,12 +89,15 @@ def request(path: Path, **inputs: tuple[str, list]) -> Path:
     return path
 
 
-def ft_run(driver: Path, model_type: str, data_type: str, shards: Path, req: Path) -> dict:
+def ft_run(driver: Path, model_type: str, data_type: str, shards: Path, req: Path, *, cwd: Path | None = None) -> dict:
+    """FT's answer; `said` holds what FT printed besides it (FT reads gemm_config.in from the
+    working directory, as tritonserver does from its own)."""
     done = subprocess.run([str(driver), model_type, data_type, "1", str(shards), str(req)], capture_output=True,
-                          text=True, timeout=600, check=False)  # fmt: skip
+                          text=True, timeout=600, check=False, cwd=cwd or req.parent)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"driver failed ({done.returncode}): {done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    return {**json.loads(lines[-1]), "said": "\n".join(lines[:-1]) + done.stderr}
 
 
 def beams(answer: dict) -> list[list[int]]:
@@ -104,21 +113,25 @@ def check_family(family: str, driver: Path, work: Path) -> dict:
     ckpt = checkpoint(family, work / family / "hf")
     expected = reference(family, ckpt)
     result = {"family": family, "model_type": model_type, "transformers_fp32": expected}
-    for weight_dtype in ("fp32", "fp16"):
+    for data_type in ("fp32", "fp16"):
+        # The weights the project writes for this data type (GPT-J's converter writes fp32 only;
+        # FT then computes in fp16 from them, as the prod KoGPT group serves).
+        weight_dtype = data_type if data_type in WEIGHT_DTYPES[family] else "fp32"
         shards = convert(ckpt, work / family / weight_dtype, family, 1, weight_dtype, log=lambda _m: None)
         stand_in = load(shards)
         ours = stand_in.generate(PROMPT, NEW_TOKENS, end_id=END_ID)
-        greedy = ft_run(driver, model_type, weight_dtype, shards,
+        greedy = ft_run(driver, model_type, data_type, shards,
                         request(work / "greedy.txt", runtime_top_k=("uint32", [1]),
                                 is_return_log_probs=("bool", [1])))  # fmt: skip
         got = beams(greedy)[0]
-        result[f"ft_{weight_dtype}"] = got
-        result[f"stand_in_{weight_dtype}"] = ours
+        result[f"weights_{data_type}"] = weight_dtype
+        result[f"ft_{data_type}"] = got
+        result[f"stand_in_{data_type}"] = ours
         steps = list(stand_in.steps(PROMPT, NEW_TOKENS, end_id=END_ID))
         if greedy.get("cum_log_probs") and got == [s.token for s in steps]:
-            result[f"cum_log_prob_{weight_dtype}"] = {"ft": greedy["cum_log_probs"]["values"][0],
+            result[f"cum_log_prob_{data_type}"] = {"ft": greedy["cum_log_probs"]["values"][0],
                                                       "stand_in": steps[-1].cum_log_prob}  # fmt: skip
-        if weight_dtype == "fp32":
+        if data_type == "fp32":
             penalised = ft_run(driver, model_type, "fp32", shards,
                                request(work / "penalty.txt", runtime_top_k=("uint32", [1]),
                                        repetition_penalty=("fp32", [1.3])))  # fmt: skip
@@ -136,7 +149,45 @@ def check_family(family: str, driver: Path, work: Path) -> dict:
             result["ft_beam2_fp32"] = beams(searched)
             found = stand_in.beam_search(PROMPT, NEW_TOKENS, 2, len_penalty=1.0, end_id=END_ID)
             result["stand_in_beam2_fp32"] = [b.tokens[len(PROMPT) :] for b in found]
+            # The same shards with a wrong layernorm_eps in config.ini: FT reads it, and its tokens change.
+            ini = (shards / "config.ini").read_text()
+            if re.search(r"^layernorm_eps = ", ini, re.MULTILINE):  # the families whose FT model reads it
+                wrong = work / family / "wrong-eps"
+                shutil.copytree(shards, wrong)
+                (wrong / "config.ini").write_text(re.sub(r"(?m)^layernorm_eps = .*", "layernorm_eps = 0.5", ini))
+                result["ft_wrong_eps_fp32"] = beams(ft_run(driver, model_type, "fp32", wrong, work / "greedy.txt"))[0]
+                result["stand_in_wrong_eps_fp32"] = load(wrong).generate(PROMPT, NEW_TOKENS, end_id=END_ID)
+                result["ft_reads_layernorm_eps"] = result["ft_wrong_eps_fp32"] != result["ft_fp32"]
     return result
+
+
+def gemm_check(driver: Path, gemm: Path, work: Path) -> dict:
+    """FT's gpt_gemm with the arguments role ft_gemm_tune computes (its defaults: batch 8, beam 1,
+    input 32; fp16; tp 1) for the tiny GPT-2, then the driver in the directory of the
+    gemm_config.in it wrote (FT reads it from the working directory) and in one without it."""
+    sys.path.insert(0, str(ROOT / "filter_plugins"))
+    from ft_commands import ft_gemm_argv  # noqa: PLC0415 - the role's own computation
+
+    config = json.loads((work / "gpt" / "hf" / "config.json").read_text())
+    argv = ft_gemm_argv(ft_model_params(config, "gpt"), 8, 1, 32, "fp16", 1, binary=str(gemm))
+    tuned = work / "gemm"
+    tuned.mkdir()
+    done = subprocess.run(argv, cwd=tuned, capture_output=True, text=True, timeout=600, check=False)
+    ran = {"argv": argv[1:], "gpt_gemm_rc": done.returncode, "gpt_gemm_last_lines": done.stdout.splitlines()[-6:],
+           "gpt_gemm_stderr": done.stderr[-1500:]}  # fmt: skip
+    if not (tuned / "gemm_config.in").is_file():
+        return {**ran, "error": "gpt_gemm wrote no gemm_config.in"}
+    shards = work / "gpt" / "fp16" / "1-gpu"
+    req = request(work / "gemm-greedy.txt", runtime_top_k=("uint32", [1]))
+    with_file = ft_run(driver, "GPT", "fp16", shards, req, cwd=tuned)
+    untuned = work / "untuned"
+    untuned.mkdir()
+    without = ft_run(driver, "GPT", "fp16", shards, req, cwd=untuned)
+    table = (tuned / "gemm_config.in").read_text().splitlines()
+    return {**ran, "gemm_config_lines": len(table) - 1, "gemm_config_head": table[:4],
+            "read_with_file": "gemm_config.in is not found" not in with_file["said"],
+            "default_without_file": "gemm_config.in is not found" in without["said"],
+            "tokens_tuned": beams(with_file)[0], "tokens_default": beams(without)[0]}  # fmt: skip
 
 
 def verdicts(r: dict) -> dict[str, bool]:
@@ -147,6 +198,8 @@ def verdicts(r: dict) -> dict[str, bool]:
         "repetition penalty = stand-in": r["ft_penalty_fp32"] == r["stand_in_penalty_fp32"],
         "beam 2 = stand-in": r["ft_beam2_fp32"] == r["stand_in_beam2_fp32"],
     }
+    if "ft_wrong_eps_fp32" in r:  # FT's GPT reads it, its GPT-NeoX ignores it: the stand-in must agree either way
+        found["layernorm_eps 0.5: FT = stand-in"] = r["ft_wrong_eps_fp32"] == r["stand_in_wrong_eps_fp32"]
     if "cum_log_prob_fp32" in r:
         lp = r["cum_log_prob_fp32"]
         found["log probs within tolerance"] = abs(lp["ft"] - lp["stand_in"]) <= LOGPROB_TOLERANCE * NEW_TOKENS
@@ -158,6 +211,7 @@ def main() -> int:
     parser.add_argument("--driver", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--gemm", type=Path, help="FT's gpt_gemm: tune for the tiny GPT-2, then serve with its file")
     args = parser.parse_args()
     results, failed = [], False
     with tempfile.TemporaryDirectory(prefix="ftfleet-gpu-") as tmp:
@@ -169,9 +223,18 @@ def main() -> int:
                 result = {"family": family, "error": f"{type(err).__name__}: {err}"}
             results.append(result)
             print(json.dumps(result), flush=True)
+        if args.gemm and any(r.get("family") == "gpt" and "error" not in r for r in results):
+            try:
+                tuned = gemm_check(args.driver, args.gemm, Path(tmp))
+            except Exception as err:  # reported with the rest
+                tuned = {"error": f"{type(err).__name__}: {err}"}
+            print(json.dumps({"gemm": tuned}), flush=True)
+            failed |= not (tuned.get("read_with_file") and tuned.get("default_without_file"))
+            results.append({"gemm": tuned})
+    results_families = [r for r in results if "family" in r]
     print("\n| family | FT model type | " + " | ".join(verdicts_names()) + " |")
     print("|---|---|" + "---|" * len(verdicts_names()))
-    for r in results:
+    for r in results_families:
         if "error" in r:
             failed = True
             print(f"| {r['family']} | - | {r['error'][:200]} |")
@@ -188,7 +251,8 @@ def main() -> int:
 
 def verdicts_names() -> list[str]:
     return ["fp32 greedy = transformers", "fp32 greedy = stand-in", "fp16 greedy = stand-in fp16",
-            "repetition penalty = stand-in", "beam 2 = stand-in", "log probs within tolerance"]  # fmt: skip
+            "repetition penalty = stand-in", "beam 2 = stand-in", "log probs within tolerance",
+            "layernorm_eps 0.5: FT = stand-in"]  # fmt: skip
 
 
 if __name__ == "__main__":
