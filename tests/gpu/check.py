@@ -175,8 +175,9 @@ def gemm_check(driver: Path, gemm: Path, work: Path) -> dict:
     done = subprocess.run(argv, cwd=tuned, capture_output=True, text=True, timeout=600, check=False)
     ran = {"argv": argv[1:], "gpt_gemm_rc": done.returncode, "gpt_gemm_last_lines": done.stdout.splitlines()[-6:],
            "gpt_gemm_stderr": done.stderr[-1500:]}  # fmt: skip
-    if not (tuned / "gemm_config.in").is_file():
-        return {**ran, "error": "gpt_gemm wrote no gemm_config.in"}
+    if not (tuned / "gemm_config.in").is_file() or not (tuned / "gemm_config.in").stat().st_size:
+        # FT's cublasAlgoMap exits at "fgets fail" on an empty file: ft_gemm_tune refuses to keep one
+        return {**ran, "error": "gpt_gemm wrote no gemm_config.in, or an empty one"}
     shards = work / "gpt" / "fp16" / "1-gpu"
     req = request(work / "gemm-greedy.txt", runtime_top_k=("uint32", [1]))
     with_file = ft_run(driver, "GPT", "fp16", shards, req, cwd=tuned)
