@@ -40,6 +40,7 @@ HIDDEN = HEADS * HEAD_SIZE
 PROMPT = [11, 502, 77, 930, 4, 260, 18]
 NEW_TOKENS = 16
 END_ID = VOCAB - 1
+TP = 1  # --tp: the shards' and FT's tensor-parallel size (one thread per GPU, NCCL between them)
 LOGPROB_TOLERANCE = 2e-3  # fp32: FT's kernels against numpy's float64-accumulated reference
 
 # family -> (FT's model_type, as fastertransformer_backend's config.pbtxt names it; the config)
@@ -92,7 +93,7 @@ def request(path: Path, **inputs: tuple[str, list]) -> Path:
 def ft_run(driver: Path, model_type: str, data_type: str, shards: Path, req: Path, *, cwd: Path | None = None) -> dict:
     """FT's answer; `said` holds what FT printed besides it (FT reads gemm_config.in from the
     working directory, as tritonserver does from its own)."""
-    done = subprocess.run([str(driver), model_type, data_type, "1", str(shards), str(req)], capture_output=True,
+    done = subprocess.run([str(driver), model_type, data_type, str(TP), str(shards), str(req)], capture_output=True,
                           text=True, timeout=600, check=False, cwd=cwd or req.parent)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"driver failed ({done.returncode}): {done.stderr[-3000:]}")
@@ -117,7 +118,7 @@ def check_family(family: str, driver: Path, work: Path) -> dict:
         # The weights the project writes for this data type (GPT-J's converter writes fp32 only;
         # FT then computes in fp16 from them, as the prod KoGPT group serves).
         weight_dtype = data_type if data_type in WEIGHT_DTYPES[family] else "fp32"
-        shards = convert(ckpt, work / family / weight_dtype, family, 1, weight_dtype, log=lambda _m: None)
+        shards = convert(ckpt, work / family / weight_dtype, family, TP, weight_dtype, log=lambda _m: None)
         stand_in = load(shards)
         ours = stand_in.generate(PROMPT, NEW_TOKENS, end_id=END_ID)
         greedy = ft_run(driver, model_type, data_type, shards,
@@ -213,7 +214,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--gemm", type=Path, help="FT's gpt_gemm: tune for the tiny GPT-2, then serve with its file")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (FT built with --multi-gpu for 2+)")
     args = parser.parse_args()
+    global TP  # noqa: PLW0603 - one setting for the whole run
+    TP = args.tp
     results, failed = [], False
     with tempfile.TemporaryDirectory(prefix="ftfleet-gpu-") as tmp:
         for family in args.families.split(","):
@@ -224,7 +228,7 @@ def main() -> int:
                 result = {"family": family, "error": f"{type(err).__name__}: {err}"}
             results.append(result)
             print(json.dumps(result), flush=True)
-        if args.gemm and any(r.get("family") == "gpt" and "error" not in r for r in results):
+        if args.gemm and TP == 1 and any(r.get("family") == "gpt" and "error" not in r for r in results):
             try:
                 tuned = gemm_check(args.driver, args.gemm, Path(tmp))
             except Exception as err:  # reported with the rest

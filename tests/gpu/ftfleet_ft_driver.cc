@@ -178,8 +178,16 @@ int main(int argc, char** argv)
     const std::string  model_type = argv[1], data_type = argv[2], dir = argv[4];
     const size_t       tp      = std::stoul(argv[3]);
     std::vector<Input> request = read_request(argv[5]);
-    if (data_type == "fp32") return run<float>(model_type, tp, dir, request);
-    if (data_type == "fp16") return run<half>(model_type, tp, dir, request);
-    std::cerr << "unknown data type " << data_type << "\n";
-    return 64;
+#ifdef BUILD_MULTI_GPU
+    // One process for the node, as the backend: createNcclParams broadcasts the NCCL ids over MPI.
+    fastertransformer::mpi::initialize(&argc, &argv);
+#endif
+    int code = 64;
+    if (data_type == "fp32") code = run<float>(model_type, tp, dir, request);
+    else if (data_type == "fp16") code = run<half>(model_type, tp, dir, request);
+    else std::cerr << "unknown data type " << data_type << "\n";
+#ifdef BUILD_MULTI_GPU
+    fastertransformer::mpi::finalize();
+#endif
+    return code;
 }
