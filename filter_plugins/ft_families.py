@@ -183,6 +183,9 @@ class Family:
     global_tensors: Callable[[Mapping[str, Any]], list[Tensor]]
     layer_tensors: Callable[[Mapping[str, Any]], list[Tensor]]
     extra_params: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]] = field(default=lambda hf, p: {})
+    # The layer norms' epsilon where FT's model fixes it and ignores config.ini's layernorm_eps
+    # (GptJ.h, GptNeoX.h at df4a753; seen on an H200: docs/testing.md, "The GPU tier").
+    fixed_layernorm_eps: float | None = None
 
 
 _BASE_KEYS = ("model_name", "head_num", "size_per_head", "inter_size", "num_layer", "vocab_size")
@@ -325,6 +328,7 @@ FAMILIES: dict[str, Family] = {
             Tensor("model.layers.{L}.mlp.dense_4h_to_h.bias", _h),
         ],
         extra_params=_gptj_extra,
+        fixed_layernorm_eps=1e-6,
     ),
     "gpt": Family(
         name="gpt",
@@ -368,6 +372,7 @@ FAMILIES: dict[str, Family] = {
         ],
         layer_tensors=_gptneox_layer,
         extra_params=_gptneox_extra,
+        fixed_layernorm_eps=1e-5,
     ),
     "llama": Family(
         name="llama",

@@ -33,11 +33,6 @@ _INT_KEYS = ("head_num", "size_per_head", "inter_size", "num_layer", "vocab_size
              "rotary_embedding", "max_pos_seq_len", "tensor_para_size")  # fmt: skip
 
 
-# FT's models that ignore config.ini's layernorm_eps: their own constant (src/fastertransformer/
-# models/gptj/GptJ.h, models/gptneox/GptNeoX.h at df4a753).
-FIXED_EPS = {"gptj": 1e-6, "gptneox": 1e-5}
-
-
 class ModelError(Exception):
     """A shard directory the decoder cannot load."""
 
@@ -119,11 +114,11 @@ class Model:
 
     @property
     def eps(self) -> float:
-        """The layer norms' epsilon as FT uses it: GPT-J's and GPT-NeoX's models fix theirs
-        (GptJ.h: 1e-6, GptNeoX.h: 1e-5, whatever config.ini says; seen on an H200, docs/testing.md
-        "The GPU tier"), the others read config.ini's layernorm_eps."""
-        if self.family in FIXED_EPS:
-            return FIXED_EPS[self.family]
+        """The layer norms' epsilon as FT uses it: the family's own where FT's model fixes it
+        (GPT-J, GPT-NeoX: the registry's fixed_layernorm_eps), else config.ini's layernorm_eps."""
+        fixed = FAMILIES[self.family].fixed_layernorm_eps if self.family in FAMILIES else None
+        if fixed is not None:
+            return fixed
         return float(self.params.get("layernorm_eps", 1e-6 if self.family == "llama" else 1e-5))
 
     def _attention(self, h: np.ndarray, layer: int, rank: int) -> np.ndarray:
