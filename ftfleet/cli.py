@@ -156,7 +156,8 @@ def planned_rollout(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     """The serve stage's batches for the hosts whose restart the plan found, and how long they
     would take by the last applies' restart times (ftfleet/rollout.py)."""
     hosts = list(run.batched)
-    serial = rollout.serial_of(args.extra_vars, Path.cwd())
+    # ansible-runner runs ansible-playbook in the project (ROOT): a relative -e @file is read there
+    serial = rollout.serial_of(args.extra_vars, ROOT)
     return rollout.plan(hosts, set(run.restarts), serial, rollout.restart_seconds(args.runs_dir))
 
 
