@@ -131,7 +131,7 @@ def _derived() -> dict[str, Any]:
     """The four derived tables, from DERIVED when it was made from the same files (names, sizes
     and times), else read afresh and written there (best effort: a read-only checkout reads)."""
     files = sorted(path for pattern in SOURCES for path in PROJECT.glob(pattern))
-    stamp = [(str(path.relative_to(PROJECT)), path.stat().st_mtime_ns, path.stat().st_size) for path in files]
+    stamp = [(str(path.relative_to(PROJECT)), st.st_mtime_ns, st.st_size) for path in files for st in [path.stat()]]
     signature = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()
     try:
         kept = json.loads(DERIVED.read_text())

@@ -128,7 +128,7 @@ class Run:
         kind, data = event.get("event", ""), event.get("event_data") or {}
         if kind == "playbook_on_play_start":
             self.play = data.get("play") or data.get("name") or ""
-            self.stage = self.stages.get(data.get("play") or data.get("name") or "", data.get("play") or "")
+            self.stage = self.stages.get(self.play, data.get("play") or "")
         elif kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
             # Ansible starts a handler with is_conditional set (ansible-runner forwards it as a task start).
             self.in_handlers = kind == "playbook_on_handler_task_start" or bool(data.get("is_conditional"))
