@@ -24,16 +24,18 @@ test-setup: setup $(VENV)/.tests  ## setup, and what the tests add: linters, pyt
 
 # One optional-dependencies list of pyproject.toml as a requirements file.
 extra = $(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["$(1)"]))' > $(VENV)/$(1).txt
-# --no-compile: Python compiles what it imports, when it first imports it; byte-compiling every
-# file at install (the ansible package's collections alone are 15,000) cost about 25 s of CPU on
-# a 2-core machine for modules that no run imports.
-PIP_INSTALL = $(BIN)/pip install -q --disable-pip-version-check --progress-bar off --no-compile
+PIP_INSTALL = $(BIN)/pip install -q --disable-pip-version-check --progress-bar off
 
+# The toolchain with --no-compile: Python compiles what it imports when it first imports it, and
+# byte-compiling every file at install (the ansible package's collections alone are 15,000, few
+# ever imported) made this step 102 s where it takes 34 s without, on a 2-core machine. The tests'
+# list is compiled at install: both pytest workers import torch and transformers at once, and
+# would each compile the same modules.
 $(VENV)/.toolchain: pyproject.toml constraints.txt | tools
 	@echo "$$(date +%T) setup: the toolchain (pyproject.toml's toolchain list, pinned by constraints.txt) into $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	$(call extra,toolchain)
-	$(PIP_INSTALL) -c constraints.txt -r $(VENV)/toolchain.txt
+	$(PIP_INSTALL) --no-compile -c constraints.txt -r $(VENV)/toolchain.txt
 	$(PIP_INSTALL) --no-deps -e .   # the ftfleet command
 	touch $@
 
