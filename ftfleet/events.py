@@ -97,7 +97,15 @@ def _says_something(data: Mapping[str, Any], res: Mapping[str, Any]) -> bool:
 
 
 def _message(res: Mapping[str, Any]) -> str:
+    """A failed result's words; for a loop, Ansible's "One or more items failed" followed by each
+    failed item and its own words (without them a report says that something failed, not what)."""
     text = str(res.get("msg") or res.get("stderr") or res.get("stdout") or "").strip()
+    for item in res.get("results") or []:
+        if isinstance(item, Mapping) and item.get("failed"):
+            label = item.get("item")
+            if isinstance(label, (dict, list)):  # a structured item: loop_control's label, if any
+                label = item.get("_ansible_item_label")
+            text += f"; {label}: {_message(item)}" if label is not None else f"; {_message(item)}"
     return re.sub(r"\s+", " ", text)[:2000]
 
 

@@ -211,6 +211,34 @@ def test_a_loops_diffs_are_kept_per_item(tmp_path):
     assert any("-b v1" in d and "+b v2" in d for d in shown), shown
 
 
+def test_a_failed_loop_says_which_item_failed_and_why(tmp_path):
+    """A loop's failure names each failed item with its own message, not only Ansible's "One or
+    more items failed"."""
+    (tmp_path / "play.yml").write_text("""
+- name: Demo stage
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Check three things
+      ansible.builtin.fail:
+        msg: "{{ item }} is broken"
+      when: item != 'fine'
+      loop: [fine, disk, network]
+""")
+    (tmp_path / "private").mkdir()
+    run = Run()
+    done = ansible_runner.run(private_data_dir=str(tmp_path / "private"), project_dir=str(tmp_path),
+                              playbook="play.yml", inventory=f"h1 ansible_connection=local "
+                              f"ansible_python_interpreter={sys.executable}", quiet=True, event_handler=run.handle,
+                              envvars={"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})  # fmt: skip
+    assert done.rc == 2
+    [failure] = run.failures
+    assert failure.task == "Check three things"
+    assert failure.message.startswith("One or more items failed"), failure.message
+    assert "; disk: disk is broken; network: network is broken" in failure.message, failure.message
+    assert "fine" not in failure.message
+
+
 def test_status_shows_a_certificates_days_left_and_when_to_renew(tmp_path):
     """ftfleet status's last column: fleet-status's days left of a real certificate (openssl, two
     days), and the table's marks for one to renew or expired, read from the run's events as the

@@ -179,7 +179,7 @@ def test_unsupported_os_is_refused(lab):
         inventory = lab["root"] / "bullseye.yml"
         inventory.write_text(
             "all:\n  children:\n    gpu_hosts:\n      hosts:\n"
-            f"        {name}:\n          ansible_connection: community.docker.docker_api\n"
+            f"        {name}:\n          ansible_connection: community.docker.docker\n"
         )
         extra = lab["root"] / "bullseye.json"
         gpt2 = {"name": "gpt2", "family": "gpt", "source": {"url": lab["sources"]["gpt2"], "revision": "main"}}

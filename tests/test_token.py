@@ -87,7 +87,7 @@ def world():
 def test_the_token_reaches_git_and_appears_nowhere_else(world, tmp_path):
     root = world["root"]
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(f"all:\n  hosts:\n    {HOST}:\n      ansible_connection: community.docker.docker_api\n")
+    inventory.write_text(f"all:\n  hosts:\n    {HOST}:\n      ansible_connection: community.docker.docker\n")
     play = tmp_path / "fetch.yml"
     play.write_text("- hosts: all\n  roles: [preflight, model_checkpoint]\n")
     extra = tmp_path / "extra.json"
