@@ -116,7 +116,7 @@ class Model:
     def eps(self) -> float:
         """The layer norms' epsilon as FT uses it: the family's own where FT's model fixes it
         (GPT-J, GPT-NeoX: the registry's fixed_layernorm_eps), else config.ini's layernorm_eps."""
-        fixed = FAMILIES[self.family].fixed_layernorm_eps if self.family in FAMILIES else None
+        fixed = FAMILIES[self.family].fixed_layernorm_eps  # a registry family: read_config names it
         if fixed is not None:
             return fixed
         return float(self.params.get("layernorm_eps", 1e-6 if self.family == "llama" else 1e-5))

@@ -330,9 +330,9 @@ ROLLOUT = [
 def a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_what_it_must(stages) -> None:
     """A config change, applied to the stages it touches (models, serve), restarts both hosts one
     after the other while 4 clients send completions through HAProxy: each host is drained first
-    and put back after its gates, so none fails; and
-    each host changed exactly its config, its unit and its restart (molecule/site checks that a
-    change of one host restarts that host alone)."""
+    and put back after its gates, so none fails; and each host changed exactly its config, its
+    unit and its restart (molecule/site checks that a change of one host restarts that host
+    alone)."""
     stop = "/tmp/ftfleet-stop-load"
     inside(f"rm -f {stop}")
     load = subprocess.Popen(
