@@ -102,6 +102,10 @@ class Metrics:
                                      buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))  # fmt: skip
         self.tokens = Counter("ftgateway_tokens", "Tokens in prompts (in) and completions (out)", ["direction"],
                               registry=self.registry)  # fmt: skip
+        # Both series exist at 0 from the start: a counter born at its first request with all of a short
+        # burst already in it has no increase for rate() to see, and that host's tokens per second read 0.
+        for direction in ("in", "out"):
+            self.tokens.labels(direction=direction)
         self.errors = Counter("ftgateway_errors", "Error answers, by HTTP status and error type",
                               ["status", "type"], registry=self.registry)  # fmt: skip
         self.disconnects = Counter("ftgateway_client_disconnects", "Streams the client closed before their end "

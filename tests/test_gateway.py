@@ -26,6 +26,9 @@ transformers = pytest.importorskip("transformers")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("pytriton")
 sys.path.insert(0, str(ROOT))
+from prometheus_client import generate_latest  # noqa: E402
+
+from ftgateway.app import Metrics  # noqa: E402
 from ftgateway.config import hash_key  # noqa: E402
 from ftnative.decode import load  # noqa: E402
 
@@ -481,6 +484,13 @@ def test_metrics_count_requests_tokens_and_errors(front):
     assert lines['ftgateway_tokens_total{direction="out"}'] >= 6
     assert lines["ftgateway_time_to_first_token_seconds_count"] >= 1
     assert lines['ftgateway_request_seconds_count{route="/v1/completions"}'] >= 2
+
+
+def test_token_counters_start_at_zero_before_any_request():
+    """rate() needs a sample before a burst: a series born with the burst in it reads 0 tokens per second."""
+    text = generate_latest(Metrics().registry).decode()
+    assert 'ftgateway_tokens_total{direction="in"} 0.0' in text
+    assert 'ftgateway_tokens_total{direction="out"} 0.0' in text
 
 
 def test_a_revoked_key_is_refused_without_a_restart(front, tmp_path):
