@@ -228,32 +228,24 @@ def test_one_run_builds_each_image_and_makes_each_set_of_shards_and_tuned_file_o
 
 def test_an_empty_plain_registry_gets_every_artifact_from_the_hosts_that_have_them(fleet, tmp_path):
     """The plain-HTTP registry starts empty: per image, set of shards and tuned file, the first
-    host that has it pushes it; a host that lost them pulls them back over HTTP."""
-    run, status = converge(tmp_path / "plain", *PLAIN)
+    host that has it pushes it (nothing is built, converted or tuned); a host that lost them all
+    pulls them back over HTTP. Both stages in each run, as ftfleet apply runs them."""
+    run, status = converge(tmp_path / "plain", *MODELS, *PLAIN, playbook="site.yml")
     assert status == "successful", failure_text(run)
-    counts = steps(run)
+    counts, models = steps(run), model_steps(run)
     assert counts["build"] == Counter(), counts
     assert counts["pull"] == Counter(), counts
     assert counts["push"] == Counter({"ftfleet-reg-a": 2, "ftfleet-reg-c": 1}), counts
+    assert models["push"] == models["gemm-push"] == Counter({"ftfleet-reg-a": 1, "ftfleet-reg-c": 1}), models
+    assert not models["convert"] + models["tune"] + models["fetch"] + models["pull"] + models["gemm-pull"], models
     daemon = json.loads(in_host("ftfleet-reg-b", "cat /etc/docker/daemon.json").stdout)
     assert daemon["insecure-registries"] == ["registry.ftfleet.test:5001"], daemon
 
-    # A host that lost its images pulls them back from there, over plain HTTP.
-    assert in_host("ftfleet-reg-b", "docker images -q --filter label=ftfleet.inputs-hash | sort -u "
-                                    "| xargs docker rmi -f").returncode == 0  # fmt: skip
-    back, status = converge(tmp_path / "plain-again", *PLAIN)
-    assert status == "successful", failure_text(back)
-    assert steps(back)["pull"] == Counter({"ftfleet-reg-b": 2}), steps(back)
-
-    # Shards and tuned files over plain HTTP too: the hosts that have them push them to the empty
-    # registry (nothing converted or tuned), and a host that lost them pulls them back.
-    run, status = converge(tmp_path / "plain-models", *MODELS, *PLAIN, playbook="models.yml")
-    assert status == "successful", failure_text(run)
-    counts = model_steps(run)
-    assert counts["push"] == counts["gemm-push"] == Counter({"ftfleet-reg-a": 1, "ftfleet-reg-c": 1}), counts
-    assert not counts["convert"] + counts["tune"] + counts["fetch"] + counts["pull"] + counts["gemm-pull"], counts
+    # -b loses its images, its shards and its tuned file.
     digests = shards("ftfleet-reg-b")
-    assert in_host("ftfleet-reg-b", f"rm -rf {MODEL_DIR} /srv/ftfleet/gemm-cache").returncode == 0
+    assert in_host("ftfleet-reg-b", "docker images -q --filter label=ftfleet.inputs-hash | sort -u "
+                                    f"| xargs docker rmi -f && rm -rf {MODEL_DIR} /srv/ftfleet/gemm-cache"
+                   ).returncode == 0  # fmt: skip
     # Check mode says what would come from the registry, and takes nothing.
     checked, status = converge(tmp_path / "plain-check", *MODELS, *PLAIN, "--check", "--limit", "ftfleet-reg-b",
                                playbook="models.yml")  # fmt: skip
@@ -261,10 +253,13 @@ def test_an_empty_plain_registry_gets_every_artifact_from_the_hosts_that_have_th
     said = " ".join(" ".join(note["message"].split()) for note in checked.notes)
     assert "would be pulled from registry.ftfleet.test:5001/ftfleet/gemm/" in said, said
     assert in_host("ftfleet-reg-b", f"ls -A {MODEL_DIR} /srv/ftfleet/gemm-cache 2>/dev/null").stdout.strip() == ""
-    back, status = converge(tmp_path / "plain-models-again", *MODELS, *PLAIN, playbook="models.yml")
+    # It pulls them all back from there, over plain HTTP.
+    back, status = converge(tmp_path / "plain-again", *MODELS, *PLAIN, playbook="site.yml")
     assert status == "successful", failure_text(back)
-    counts = model_steps(back)
-    assert counts["pull"] == counts["gemm-pull"] == Counter({"ftfleet-reg-b": 1}), counts
+    assert steps(back)["pull"] == Counter({"ftfleet-reg-b": 2}), steps(back)
+    models = model_steps(back)
+    assert models["pull"] == models["gemm-pull"] == Counter({"ftfleet-reg-b": 1}), models
+    assert not models["convert"] + models["tune"] + models["fetch"], models
     assert shards("ftfleet-reg-b") == digests
 
 
@@ -309,15 +304,17 @@ def test_a_corrupted_blob_is_refused_by_its_digest(fleet, tmp_path):
 
 
 def kill_repeatedly(host: str, command: str, state) -> list:
-    """Run `command` on `host` under SIGKILL after 0.30 s, 0.35 s, ... until a run completes;
-    returns what `state()` saw after each kill."""
-    seen = []
-    for hundredths in range(30, 800, 5):
-        done = in_host(host, f"timeout -s KILL {hundredths / 100} bash -c {shlex.quote(command)}")
+    """Run `command` on `host` under SIGKILL after 0.30 s, then each time 7 % later, until a run
+    completes; returns what `state()` saw after each kill. (Steps in proportion to the time, not of
+    0.05 s: as finely spread over a run of the command, and half the tries on a loaded machine.)"""
+    seen, seconds = [], 0.30
+    while seconds < 8:
+        done = in_host(host, f"timeout -s KILL {seconds:.2f} bash -c {shlex.quote(command)}")
         if done.returncode == 0:
             return seen
         assert done.returncode == 137, done.stderr  # killed, not failed
         seen.append(state())
+        seconds *= 1.07
     raise AssertionError(f"{command} did not complete in 8 s")
 
 
