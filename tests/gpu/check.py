@@ -58,7 +58,13 @@ FAMILIES = {
         vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
         intermediate_size=4 * HIDDEN, max_position_embeddings=128, rotary_pct=0.25, bos_token_id=END_ID,
         eos_token_id=END_ID, initializer_range=0.2)),
+    # Only in a build of void-main's fork (scripts/ft-gpu-check build --ft its tree): FT has no LLaMA.
+    "llama": ("Llama", lambda: transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=3 * HIDDEN, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=HEADS, max_position_embeddings=128, bos_token_id=END_ID,
+        eos_token_id=END_ID, initializer_range=0.2)),
 }  # fmt: skip
+DEFAULT_FAMILIES = "gpt,bloom,gptj,gptneox"  # FT's own; llama needs the fork's driver
 
 
 def checkpoint(family: str, where: Path) -> Path:
@@ -212,7 +218,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--driver", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--families", default=DEFAULT_FAMILIES, help=f"of {','.join(FAMILIES)}")
     parser.add_argument("--gemm", type=Path, help="FT's gpt_gemm: tune for the tiny GPT-2, then serve with its file")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (FT built with --multi-gpu for 2+)")
     args = parser.parse_args()

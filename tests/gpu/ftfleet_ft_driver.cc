@@ -6,7 +6,8 @@
 //
 //   ftfleet_ft_driver MODEL_TYPE DATA_TYPE TP MODEL_DIR REQUEST
 //
-// MODEL_TYPE: GPT (GPT-2, BLOOM and the other ParallelGpt variants), GPT-J, GPT-NeoX; DATA_TYPE:
+// MODEL_TYPE: GPT (GPT-2, BLOOM and the other ParallelGpt variants), GPT-J, GPT-NeoX, and Llama in
+// a build of void-main's fork (its libfastertransformer.cc's name); DATA_TYPE:
 // fp32 or fp16; REQUEST: a text file, one input tensor per line, as the backend receives them:
 //   NAME TYPE DIM... : VALUE...      (TYPE: uint32 int32 uint64 fp32 bool; DIM: the shape)
 // for example "input_ids uint32 1 5 : 10 20 30 40 50".
@@ -28,6 +29,9 @@
 #include "src/fastertransformer/triton_backend/gptneox/GptNeoXTritonModel.h"
 #include "src/fastertransformer/triton_backend/multi_gpu_gpt/ParallelGptTritonModel.h"
 #include "src/fastertransformer/triton_backend/transformer_triton_backend.hpp"
+#ifdef FTFLEET_LLAMA  // a tree with void-main's LLaMA model (tests/gpu/CMakeLists.txt finds it)
+#include "src/fastertransformer/triton_backend/llama/LlamaTritonModel.h"
+#endif
 
 namespace {
 
@@ -84,6 +88,9 @@ std::shared_ptr<AbstractTransformerModel> create(const std::string& model_type, 
     if (model_type == "GPT") return std::make_shared<ParallelGptTritonModel<T>>(tp, 1, 0, dir, 0);
     if (model_type == "GPT-J") return std::make_shared<GptJTritonModel<T>>(tp, 1, 0, dir);
     if (model_type == "GPT-NeoX") return std::make_shared<GptNeoXTritonModel<T>>(tp, 1, 0, dir);
+#ifdef FTFLEET_LLAMA
+    if (model_type == "Llama") return std::make_shared<LlamaTritonModel<T>>(tp, 1, 0, dir, 0);
+#endif
     throw std::runtime_error("unknown model type " + model_type);
 }
 
