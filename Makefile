@@ -53,13 +53,16 @@ lock: test-setup  ## rewrite constraints.txt from the current virtualenv
 	mv constraints.txt.new constraints.txt
 
 lint: test-setup  ## yamllint --strict, ansible-lint (production profile), ruff, vermin per place (scripts/check-pythons)
+	@echo "$$(date +%T) lint: yamllint, ansible-lint, ruff, check-pythons"
 	yamllint --strict .
 	ansible-lint
 	ruff check .
 	ruff format --check .
 	$(BIN)/python scripts/check-pythons
+	@echo "$$(date +%T) lint: passed"
 
 unit: test-setup  ## pytest: filter unit tests and playbook-level tests
+	@echo "$$(date +%T) unit: pytest, 2 workers"
 	pytest -m "not docker and not lab and not scale" -n 2 --dist loadfile --durations=20 --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
 
 harness: tools  ## a Docker engine and the locally built base image
@@ -72,8 +75,11 @@ molecule: harness test-setup  ## the tests that need Docker and every Molecule s
 fresh-test: harness test-setup  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
 	pytest -m lab -p no:cacheprovider -s
 
-# The Docker tests and the fresh-machine test in one lane, the scenarios in another, at once.
-test: lint unit harness  ## everything a reviewer runs: lint, unit, then the Docker tests, the fresh-machine test and every scenario in two lanes
+# Lint, unit and the harness as two jobs at once: lint and the harness (apt, debootstrap) are one
+# process each, and unit's two workers fill the processor they leave (each job's output whole, at
+# its end). Then the Docker tests, the fresh-machine test and the scenarios in two lanes.
+test:  ## everything a reviewer runs: lint, unit and the harness at once, then the Docker tests, the fresh-machine test and every scenario in two lanes
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint unit harness
 	scripts/docker-tests --fresh $(SCENARIO)
 
 # The toolchain's pip and the base image's debootstrap at once (neither needs the other; both
