@@ -64,7 +64,8 @@ FAMILIES = {
         num_attention_heads=HEADS, num_key_value_heads=HEADS, max_position_embeddings=128, bos_token_id=END_ID,
         eos_token_id=END_ID, initializer_range=0.2)),
 }  # fmt: skip
-DEFAULT_FAMILIES = "gpt,bloom,gptj,gptneox"  # FT's own; llama needs the fork's driver
+# FT's own model types; Llama is only in a build of void-main's fork
+DEFAULT_FAMILIES = ",".join(family for family, (model_type, _) in FAMILIES.items() if model_type != "Llama")
 
 
 def checkpoint(family: str, where: Path) -> Path:
