@@ -18,7 +18,7 @@ help:  ## list the targets
 tools:  ## the programs the targets run that a bare Debian 12 may lack (git-lfs, python3-venv, ...)
 	scripts/ensure-tools
 
-setup: tools $(VENV)/.toolchain  ## tools, and a virtualenv with the pinned toolchain that make lab needs (pyproject.toml + constraints.txt)
+setup: tools $(VENV)/.toolchain $(VENV)/.bytecode  ## tools, and a virtualenv with the pinned toolchain that make lab needs (pyproject.toml + constraints.txt)
 
 test-setup: setup $(VENV)/.tests  ## setup, and what the tests add: linters, pytest, Molecule, torch, transformers
 
@@ -37,6 +37,23 @@ $(VENV)/.toolchain: pyproject.toml constraints.txt | tools
 	$(call extra,toolchain)
 	$(PIP_INSTALL) --no-compile -c constraints.txt -r $(VENV)/toolchain.txt
 	$(PIP_INSTALL) --no-deps -e .   # the ftfleet command
+	touch $@
+
+# Bytecode for what Ansible and the tests import. Where PYTHONDONTWRITEBYTECODE is set (as on
+# this kind of machine), Python compiles every module it imports from source, in every process, and
+# keeps nothing: each ansible-playbook and each worker it forks compiled ansible-core and the filter
+# plugins again (a no-op site.yml on the lab: 159 CPU-s in 98 s without, 133 CPU-s in 82 s with;
+# docs/testing.md). Where the variable is not set, Python writes its own bytecode and this does
+# nothing. Ansible's collections are left out (its collection loader compiles their source whatever
+# is on disk), and so are tests folders. A file that does not compile here (a vendored Python 2
+# test, say) is no failure: Python would compile it on import, as before. Made again when a
+# project file changes.
+PROJECT_PY := $(wildcard filter_plugins/*.py ftfleet/*.py ftgateway/*.py ftnative/*.py)
+$(VENV)/.bytecode: $(VENV)/.toolchain $(PROJECT_PY)
+	@if [ -n "$${PYTHONDONTWRITEBYTECODE:-}" ]; then \
+	  echo "$$(date +%T) setup: bytecode for the virtualenv and the project's Python (PYTHONDONTWRITEBYTECODE is set)"; \
+	  $(BIN)/python -m compileall -q -j0 -x '/ansible_collections/|/tests?/' $(VENV)/lib filter_plugins ftfleet ftgateway ftnative >/dev/null 2>&1 || true; \
+	fi
 	touch $@
 
 $(VENV)/.tests: $(VENV)/.toolchain
@@ -75,12 +92,14 @@ molecule: harness test-setup  ## the tests that need Docker and every Molecule s
 fresh-test: harness test-setup  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
 	pytest -m lab -p no:cacheprovider -s
 
-# Lint, unit and the harness as two jobs at once: lint and the harness (apt, debootstrap) are one
-# process each, and unit's two workers fill the processor they leave (each job's output whole, at
-# its end). Then the Docker tests, the fresh-machine test and the scenarios in two lanes.
-test:  ## everything a reviewer runs: lint, unit and the harness at once, then the Docker tests, the fresh-machine test and every scenario in two lanes
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint unit harness
-	scripts/docker-tests --fresh $(SCENARIO)
+# Unit and the harness as two jobs at once (each job's output whole, at its end): on a fresh
+# machine the harness (apt, debootstrap) waits on the network and dpkg while unit's two workers
+# compute. Then lint, the Docker tests, the fresh-machine test and the scenarios in two lanes, lint
+# first in the shorter (beside unit, lint took 58 s of unit's processors for its own 70: both are
+# CPU-bound; docs/testing.md).
+test:  ## everything a reviewer runs: unit and the harness at once, then lint, the Docker tests, the fresh-machine test and every scenario in two lanes
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit harness
+	scripts/docker-tests --fresh --lint $(SCENARIO)
 
 # The toolchain's pip and the base image's debootstrap at once (neither needs the other; both
 # need the tools, which the sub-make runs once first): on a fresh machine that overlaps about

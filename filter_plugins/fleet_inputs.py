@@ -185,6 +185,19 @@ def _did_you_mean(name: str, known: list[str]) -> str:
     return f"did you mean {close[0]}?" if close else "see ansible-doc -t role -r roles <role>"
 
 
+def _plain(value: Any) -> Any:
+    """The value as plain dicts and lists. Ansible hands a filter its variables' mappings and lists
+    as lazy containers, which template on access; ArgumentSpecValidator deep-copies what it
+    validates, and a deep copy of a lazy container costs a copy of its templating state: most of
+    this check's time per host before (docs/performance.md, "A thousand hosts")."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_plain(item) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    return value
+
+
 def _spec_problems(provided: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """Type and choice problems of the role variables set, unknown role variables, and the values
     converted to their documented types."""
@@ -623,6 +636,7 @@ def _gpu_problems(v: Mapping[str, Any], gpus: Mapping[str, Any]) -> list[str]:
 def fleet_input_problems(provided: Any, gpus: Any = None) -> list[str]:
     if not isinstance(provided, Mapping):
         raise AnsibleFilterError(f"fleet_input_problems: expected a dict of variables, got {type(provided).__name__}")
+    provided = _plain(provided)
     problems, converted = _spec_problems(provided)
     values = {**role_defaults(), **provided, **converted}
     problems += _unknown_fleet(provided) + _fleet_problems(values)

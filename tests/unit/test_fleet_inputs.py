@@ -4,6 +4,7 @@ container -> CUDA -> buildable SM table; config.json shapes the converters canno
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import pytest
 from configs import GPTJ_6B, LLAMA_7B
@@ -308,3 +309,33 @@ def test_the_derived_tables_are_kept_on_disk_for_the_same_files_only(tmp_path, m
     assert fleet_inputs._derived() == fresh
     assert json.loads(kept.read_text()) == fresh
     fleet_inputs._derived.cache_clear()
+
+
+class Lazy(Mapping):
+    """Stands for Ansible's lazy containers (a Mapping that templates on access): a deep copy of
+    one is what made the check cost most of its time per host (docs/performance.md)."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __deepcopy__(self, memo):
+        raise AssertionError("the check deep-copied a container Ansible handed it")
+
+
+def test_the_check_never_deep_copies_the_containers_ansible_hands_it():
+    provided = {**GOOD, "fleet_model": Lazy({**MODEL, "source": Lazy(MODEL["source"])}),
+                "container_image_build_args": Lazy({"FT_COMMIT": "abc"}), "docker_engine_packages": ["docker.io"],
+                "docker_engine_daemon_options": "not a dict"}  # fmt: skip
+    plain = json.loads(json.dumps(provided, default=dict))
+    problems = fleet_input_problems(plain)
+    assert [p.split(":")[0] for p in problems] == ["docker_engine_daemon_options='not a dict'"], problems
+    assert fleet_input_problems(Lazy(provided)) == problems
