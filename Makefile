@@ -48,11 +48,11 @@ $(VENV)/.toolchain: pyproject.toml constraints.txt | tools
 # is on disk), and so are tests folders. A file that does not compile here (a vendored Python 2
 # test, say) is no failure: Python would compile it on import, as before. Made again when a
 # project file changes.
-PROJECT_PY := $(wildcard filter_plugins/*.py ftfleet/*.py ftgateway/*.py ftnative/*.py)
-$(VENV)/.bytecode: $(VENV)/.toolchain $(PROJECT_PY)
+PROJECT_PY_DIRS := filter_plugins ftfleet ftgateway ftnative
+$(VENV)/.bytecode: $(VENV)/.toolchain $(wildcard $(addsuffix /*.py,$(PROJECT_PY_DIRS)))
 	@if [ -n "$${PYTHONDONTWRITEBYTECODE:-}" ]; then \
 	  echo "$$(date +%T) setup: bytecode for the virtualenv and the project's Python (PYTHONDONTWRITEBYTECODE is set)"; \
-	  $(BIN)/python -m compileall -q -j0 -x '/ansible_collections/|/tests?/' $(VENV)/lib filter_plugins ftfleet ftgateway ftnative >/dev/null 2>&1 || true; \
+	  $(BIN)/python -m compileall -q -j0 -x '/ansible_collections/|/tests?/' $(VENV)/lib $(PROJECT_PY_DIRS) >/dev/null 2>&1 || true; \
 	fi
 	touch $@
 
