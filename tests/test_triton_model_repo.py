@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -359,6 +360,57 @@ def test_the_clients_of_fastertransformer_backend_work_unchanged(playbook, tmp_p
         lengths = answer["sequence_length"].reshape(2)
         assert [answer["output_ids"][0, b, : lengths[b]].tolist() for b in range(2)] == [b.tokens for b in expected]
         np.testing.assert_allclose(answer["cum_log_probs"].reshape(2), [b.cum for b in expected], atol=1e-4)
+
+
+def _threads_cpu(pid: int) -> dict[int, int]:
+    """CPU ticks (user + system) of each thread of a process, from /proc."""
+    ticks = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        ticks[int(task.name)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def test_the_stand_in_spends_its_cpu_decoding_not_spinning(playbook, tmp_path):
+    """The CPU stand-in decodes with numpy, whose OpenBLAS runs a worker thread per core that
+    spins between calls unless told to use one (OPENBLAS_NUM_THREADS, STAND_IN_ENV): under a
+    steady stream of requests its workers took 8.8 s of CPU where the thread that decodes took
+    0.5 s (the lab, 100 completions), and every load test paid for it. Over 60 requests to the
+    fastertransformer model, the stub's other threads must use less CPU than the decoding one;
+    and the lab's serving image sets the same environment as this test's tritonserver."""
+    from tritonlocal import STAND_IN_ENV  # noqa: PLC0415
+
+    dockerfile = (ROOT / "lab" / "tritonserver-cpu.Dockerfile").read_text().replace("\\\n", " ")
+    env_lines = " ".join(line for line in dockerfile.splitlines() if line.startswith("ENV "))
+    for name, value in STAND_IN_ENV.items():
+        assert f"{name}={value}" in env_lines.split(), f"lab/tritonserver-cpu.Dockerfile does not set {name}={value}"
+
+    import tritonclient.http as httpclient  # noqa: PLC0415
+    from tritonlocal import python_env  # noqa: PLC0415
+
+    # numpy from the package index, as the serving images have it: its wheel bundles a threaded
+    # OpenBLAS (Debian's python3-numpy, this machine's system one, may use the single-threaded
+    # reference BLAS, where there is nothing to see). The gpt family's environment of the test above.
+    venv = python_env(SERVED_ON["gpt"], UPSTREAM_TOKENIZING, "--only-binary=:all:")
+    tokenizer, _, repo, _ = served_repository(playbook, tmp_path, "gpt", python_path=str(ROOT))
+    ids, end_id = tokenizer.encode("Ansible automation that takes bare GPU hosts"), tokenizer.eos_token_id
+    with tritonserver(repo, tmp_path, venv) as server:
+        url = f"127.0.0.1:{server.http}"
+        _infer(httpclient, url, "fastertransformer", _ft_request(ids, end_id), ["output_ids"])  # warm
+        found = subprocess.run(["pgrep", "-f", f"triton_python_backend_stub {repo}/fastertransformer/"],
+                               capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
+        assert len(found) == 1, found
+        stub = int(found[0])
+        before = _threads_cpu(stub)
+        for _ in range(60):
+            _infer(httpclient, url, "fastertransformer", _ft_request(ids, end_id), ["output_ids"])
+            time.sleep(0.02)  # a gap between requests, as a load's clients leave: where a worker spins
+        after = _threads_cpu(stub)
+    used = {tid: after[tid] - before.get(tid, 0) for tid in after}
+    others = sum(ticks for tid, ticks in used.items() if tid != stub)
+    print(f"the stand-in's CPU over 60 requests, in ticks: decoding thread {used[stub]}, its other threads {others}")
+    assert used[stub] > 0, used
+    assert others < used[stub], used
 
 
 def test_an_early_llama_conversion_named_llamatokenizer_serves(playbook, tmp_path):

@@ -95,6 +95,11 @@ class Server:
     log: Path
 
 
+# What the lab's serving image sets for the CPU stand-in besides its paths (lab/tritonserver-cpu.Dockerfile):
+# numpy's OpenBLAS on one thread, not a spinning worker per core.
+STAND_IN_ENV = {"OPENBLAS_NUM_THREADS": "1"}
+
+
 @contextlib.contextmanager
 def tritonserver(repo: Path, work: Path, python: Path | None = None) -> Iterator[Server]:
     """Start tritonserver on 127.0.0.1 with `repo`, wait until ready, stop it afterwards.
@@ -123,7 +128,7 @@ def tritonserver(repo: Path, work: Path, python: Path | None = None) -> Iterator
                          if line.startswith("home")))  # fmt: skip
         libs.append(str(home.parent / "lib"))
         path = f"{python / 'bin'}:{path}"
-    env = {**os.environ, "PATH": path, "LD_LIBRARY_PATH": ":".join(libs)}
+    env = {**os.environ, **STAND_IN_ENV, "PATH": path, "LD_LIBRARY_PATH": ":".join(libs)}
     with ports.log.open("w") as log:
         proc = subprocess.Popen(
             [str(server / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={backends}",
