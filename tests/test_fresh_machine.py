@@ -334,7 +334,9 @@ def a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_wh
     unit and its restart (molecule/site checks that a change of one host restarts that host
     alone). Each client waits a second between requests: a steady load, not the most the lab
     takes (at a request every 0.25 s per client the load alone used 1.6 of the machine's 2 cores,
-    about 110 ms of CPU a request, and slowed the rollout it watches and everything beside it)."""
+    about 110 ms of CPU a request, and slowed the rollout it watches and everything beside it;
+    most of that was the CPU stand-in's OpenBLAS spinning, ~20 ms a request since the serving
+    image sets OPENBLAS_NUM_THREADS=1)."""
     stop = "/tmp/ftfleet-stop-load"
     inside(f"rm -f {stop}")
     load = subprocess.Popen(
