@@ -378,15 +378,13 @@ def test_the_stand_in_spends_its_cpu_decoding_not_spinning(playbook, tmp_path):
     0.5 s (the lab, 100 completions), and every load test paid for it. Over 60 requests to the
     fastertransformer model, the stub's other threads must use less CPU than the decoding one;
     and the lab's serving image sets the same environment as this test's tritonserver."""
-    from tritonlocal import STAND_IN_ENV  # noqa: PLC0415
+    import tritonclient.http as httpclient  # noqa: PLC0415
+    from tritonlocal import STAND_IN_ENV, python_env  # noqa: PLC0415
 
     dockerfile = (ROOT / "lab" / "tritonserver-cpu.Dockerfile").read_text().replace("\\\n", " ")
     env_lines = " ".join(line for line in dockerfile.splitlines() if line.startswith("ENV "))
     for name, value in STAND_IN_ENV.items():
         assert f"{name}={value}" in env_lines.split(), f"lab/tritonserver-cpu.Dockerfile does not set {name}={value}"
-
-    import tritonclient.http as httpclient  # noqa: PLC0415
-    from tritonlocal import python_env  # noqa: PLC0415
 
     # numpy from the package index, as the serving images have it: its wheel bundles a threaded
     # OpenBLAS (Debian's python3-numpy, this machine's system one, may use the single-threaded
