@@ -163,6 +163,21 @@ def test_the_docs_table_of_pythons_is_the_checks_own():
     assert table in (ROOT / "docs" / "testing.md").read_text()
 
 
+def test_molecule_runs_ansible_with_the_projects_settings():
+    """Molecule writes its own ansible.cfg: each setting the scenarios take over from the
+    project's (.config/molecule/config.yml, config_options) has ansible.cfg's value."""
+    import configparser  # noqa: PLC0415
+
+    project = configparser.ConfigParser()
+    project.read(ROOT / "ansible.cfg")
+    molecule = yaml.safe_load((ROOT / ".config" / "molecule" / "config.yml").read_text())
+    options = molecule["provisioner"]["config_options"]
+    assert options["defaults"], options
+    for section, settings in options.items():
+        for key, value in settings.items():
+            assert project.get(section, key, fallback=None) == str(value), f"[{section}] {key}: {value!r}"
+
+
 def test_prods_monitoring_host_reaches_every_tritonservers_metrics(tmp_path):
     """inventories/prod's Prometheus (mon-01) scrapes <gpu host>:<metrics port> from its own
     address: tritonserver's metrics port is published on every address while its HTTP and gRPC
