@@ -8,6 +8,11 @@ per rank), exactly the files ft_expected_files lists. The directory is built asi
 keys, and only then published: <tp>-gpu is a symlink flipped atomically to the new build, so a
 reader sees the old shards or the new ones, never a mix. A failure leaves the previous shards in
 place. Layers are converted in parallel (--workers), each worker holding a few tensors at a time.
+
+The build that a publish replaces stays as the previous one (OUT_DIR/.<tp>-gpu.previous, a link
+to it); older builds go. --restore-previous makes the previous build the published one again
+(and the published one the previous): going back to the last revision is a link flip, not a
+conversion.
 """
 
 from __future__ import annotations
@@ -105,19 +110,50 @@ def verify(directory: Path, family: str, params: dict, tp: int, dtype: str) -> N
         raise ConversionError(f"{directory}: " + "; ".join(problems))
 
 
+def previous_link(final: Path) -> Path:
+    """The link to the build that the published one replaced: OUT/.<tp>-gpu.previous."""
+    return final.with_name(f".{final.name}.previous")
+
+
+def _point(link: Path, target: Path) -> None:
+    """Make `link` a symlink to `target` (a sibling), atomically (a new link renamed over it)."""
+    tmp = link.with_name(f".{link.name.lstrip('.')}.link-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target.name)
+    os.replace(tmp, link)
+
+
+def _target(link: Path) -> Path | None:
+    return link.resolve() if link.is_symlink() and link.resolve().is_dir() else None
+
+
 def publish(build: Path, final: Path) -> None:
-    """Point `final` at `build` atomically (a symlink renamed over the old one) and drop the old build."""
-    old = final.resolve() if final.is_symlink() else None
+    """Point `final` at `build` atomically (a symlink renamed over the old one); the build it
+    replaces becomes the previous one (kept for --restore-previous), the one before that goes."""
+    build, old = build.resolve(), _target(final)
     if final.exists() and not final.is_symlink():
         # A directory from another converter: move it aside first (a short window without shards).
         aside = final.with_name(f".{final.name}.replaced-{os.getpid()}")
         final.rename(aside)
         old = aside
-    link = final.with_name(f".{final.name}.link-{os.getpid()}")
-    link.symlink_to(build.name)
-    os.replace(link, final)
-    if old is not None and old != build and old.exists():
-        shutil.rmtree(old)
+    before = _target(previous_link(final))
+    _point(final, build)
+    if old is not None and old != build:
+        _point(previous_link(final), old)
+    if before is not None and before not in (build, old):
+        shutil.rmtree(before)
+
+
+def restore_previous(out: Path, tp: int) -> Path:
+    """Publish the previous build again (atomically) and keep the one it replaces as the previous."""
+    final = Path(out) / f"{tp}-gpu"
+    current, previous = _target(final), _target(previous_link(final))
+    if previous is None or not (previous / MANIFEST).is_file():
+        raise ConversionError(f"{final}: there is no previous build to restore")
+    _point(final, previous)
+    if current is not None:
+        _point(previous_link(final), current)
+    return final
 
 
 def _model_params(ckpt_dir: str | Path, family: str, tp: int, weight_dtype: str) -> dict:
@@ -147,13 +183,13 @@ def model_params_from_config(config: dict, family: str, tp: int, weight_dtype: s
 
 
 def new_build(out: Path, tp: int) -> tuple[Path, Path]:
-    """Remove builds of killed runs (never published); return OUT/<tp>-gpu and a new, empty
-    build directory beside it (OUT/.<tp>-gpu.<stamp>.<random>)."""
+    """Remove builds of killed runs (neither published nor the previous); return OUT/<tp>-gpu and
+    a new, empty build directory beside it (OUT/.<tp>-gpu.<stamp>.<random>)."""
     out.mkdir(parents=True, exist_ok=True)
     final = out / f"{tp}-gpu"
-    current = final.resolve() if final.is_symlink() else None
+    keep = {_target(final), _target(previous_link(final))}
     for stale in out.glob(f".{tp}-gpu.*"):
-        if stale.is_dir() and stale != current:
+        if stale.is_dir() and not stale.is_symlink() and stale.resolve() not in keep:
             shutil.rmtree(stale, ignore_errors=True)
     build = Path(tempfile.mkdtemp(prefix=f".{tp}-gpu.{time.strftime('%Y%m%dT%H%M%S')}.", dir=out))
     build.chmod(0o755)
@@ -266,11 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python3 -m ftnative.convert",
         description="Convert a Hugging Face checkpoint to FasterTransformer's <tp>-gpu layout, verified, on the CPU.",
     )
-    parser.add_argument(
-        "-i", "--input", required=True, help="Hugging Face checkpoint directory (config.json + weights)"
-    )
+    parser.add_argument("-i", "--input", help="Hugging Face checkpoint directory (config.json + weights)")
     parser.add_argument("-o", "--output", required=True, help="directory that receives <tp>-gpu/")
-    parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
+    parser.add_argument("--family", choices=sorted(FAMILIES))
     parser.add_argument("--tp", type=int, required=True, help="tensor-parallel size")
     parser.add_argument("--weight-dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel layer conversions")
@@ -282,9 +316,16 @@ def main(argv: list[str] | None = None) -> int:
         help="do not convert: verify DIR (a <tp>-gpu directory another converter wrote under OUT_DIR) "
         "against the checkpoint and publish it as OUT_DIR/<tp>-gpu",
     )
+    parser.add_argument(
+        "--restore-previous",
+        action="store_true",
+        help="do not convert: publish the previous build of OUT_DIR/<tp>-gpu again (it must exist)",
+    )
     args = parser.parse_args(argv)
     if args.tp < 1 or args.workers < 1:
         parser.error("--tp and --workers must be positive")
+    if not args.restore_previous and not (args.input and args.family):
+        parser.error("--input and --family are required (except with --restore-previous)")
     try:
         inputs = json.loads(args.inputs)
     except ValueError as err:
@@ -293,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--inputs must be a JSON object")
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
+        if args.restore_previous:
+            print(restore_previous(Path(args.output), args.tp))
+            return 0
         if args.adopt:
             final = adopt(
                 args.adopt, args.input, args.output, args.family, args.tp, weight_dtype=args.weight_dtype, inputs=inputs

@@ -33,6 +33,19 @@ def ansible_env(**extra: str) -> dict[str, str]:
     return env
 
 
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+
+
+def git(*args: str, cwd: Path) -> str:
+    """git ARGS in `cwd` (a test's repository, its HOME there: no user configuration); stdout."""
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env={**GIT_ENV, "HOME": str(cwd)}, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def run_playbook(*args: str | os.PathLike, **env: str) -> subprocess.CompletedProcess[str]:
     """ansible-playbook ARGS from the project root; output captured as text."""
     return subprocess.run(

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_playbook
+from conftest import ROOT, git, run_playbook
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -134,3 +135,71 @@ def test_a_checkpoint_directory_on_the_controller_is_copied_and_its_identity_key
     run()
     assert json.loads((target / "conversion.json").read_text())["inputs"]["checkpoint"] != first
     assert load(target).generate([3, 9, 27], 16) == lab["expected"]
+
+
+def test_going_back_a_revision_restores_the_kept_shards_without_the_source_or_a_conversion(lab, playbook):
+    """Two revisions side by side (issue 36): model_checkpoint and ft_convert at commit A, then at
+    B (other weights: other tokens), then back at A with the source gone. The way back fetches
+    nothing (the source is unreachable), converts nothing (<tp>-gpu points at A's very build
+    again) and serves A's tokens; B's build stays as the previous one; a rerun changes nothing."""
+    root = lab["root"] / "rollback"
+    work, bare = root / "work", root / "model.git"
+    shutil.copytree(lab["root"] / "data" / "checkpoints" / "tiny", work)
+    git("init", "-q", "-b", "main", cwd=work)
+    git("lfs", "install", "--local", cwd=work)
+    git("lfs", "track", "*.safetensors", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "-qm", "A", cwd=work)
+    commits = {"A": git("rev-parse", "HEAD", cwd=work)}
+    torch.manual_seed(1)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(work)).eval()
+    model.save_pretrained(work)
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(torch.tensor([[3, 9, 27]]), max_new_tokens=16, do_sample=False, pad_token_id=0)
+    expected = {"A": lab["expected"], "B": out[0, 3:].tolist()}
+    assert expected["A"] != expected["B"]
+    git("commit", "-qam", "B: other weights", cwd=work)
+    commits["B"] = git("rev-parse", "HEAD", cwd=work)
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=root)
+    git("lfs", "push", "--all", f"file://{bare}", cwd=work)
+
+    play = playbook("- hosts: localhost\n  connection: local\n  roles: [model_checkpoint, ft_convert]\n")
+    target = root / "data" / "models" / "tiny" / "fastertransformer" / "1" / "1-gpu"
+    previous = target.with_name(".1-gpu.previous")
+
+    def at(revision: str, *check: str) -> str:
+        extra = root / "extra.json"
+        extra.write_text(json.dumps({
+            "fleet_data_root": str(root / "data"),
+            "fleet_model": {"name": "tiny", "family": "gpt", "weight_dtype": "fp32",
+                            "source": {"url": f"file://{bare}", "revision": "main", "commit": commits[revision]}},
+            "fleet_tensor_para_size": 1,
+            "ft_convert_python": sys.executable,
+            "ansible_python_interpreter": sys.executable,
+        }))  # fmt: skip
+        result = run_playbook(play, "-i", "localhost,", "-e", f"@{extra}", *check)
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+        if check:
+            return result.stdout
+        assert json.loads((target / "conversion.json").read_text())["inputs"]["checkpoint"] == commits[revision]
+        assert load(target).generate([3, 9, 27], 16) == expected[revision]
+        return result.stdout
+
+    at("A")
+    build_a = target.resolve()
+    at("B")
+    build_b = target.resolve()
+    assert build_b != build_a
+    assert previous.resolve() == build_a
+    bare.rename(root / "away.git")  # the source is gone: nothing can be fetched from here on
+    preview = " ".join(at("A", "--check").split())
+    assert "would point at the shards of the previous revision again" in preview, preview[-3000:]
+    assert (target.resolve(), previous.resolve()) == (build_b, build_a)  # check mode changed nothing
+    started = time.monotonic()
+    out = at("A")
+    print(f"back to the previous revision in {time.monotonic() - started:.1f} s (model_checkpoint and ft_convert)")
+    assert (target.resolve(), previous.resolve()) == (build_a, build_b)  # A's own build: nothing converted
+    assert "ft_convert : restore | Publish the previous revision's shards again" in out
+    assert "engine-native | Convert" not in out
+    assert "changed=0" in at("A")

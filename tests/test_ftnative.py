@@ -174,16 +174,45 @@ def test_sampling_is_seeded(checkpoint, tmp_path):
     assert len(others | {tuple(first)}) > 1
 
 
-def test_reconversion_replaces_the_shards_atomically(tmp_path):
+def test_reconversion_replaces_the_shards_atomically_and_keeps_one_previous_build(tmp_path):
     make_model(tmp_path / "hf", "gpt", seed=5)
-    first = convert(tmp_path / "hf", tmp_path / "ft", "gpt", 2, "fp32", log=lambda _m: None)
+    out = tmp_path / "ft"
+    first = convert(tmp_path / "hf", out, "gpt", 2, "fp32", log=lambda _m: None)
     build = first.resolve()
-    second = convert(tmp_path / "hf", tmp_path / "ft", "gpt", 2, "fp16", log=lambda _m: None)
+    second = convert(tmp_path / "hf", out, "gpt", 2, "fp16", log=lambda _m: None)
     assert second.is_symlink()
     assert second.resolve() != build
-    assert not build.exists()  # the previous build is gone once the new one is in place
+    assert (out / ".2-gpu.previous").resolve() == build  # kept for going back
     manifest = json.loads((second / "conversion.json").read_text())
     assert (manifest["engine"], manifest["tp"], manifest["weight_dtype"]) == ("native", 2, "fp16")
+    second_build = second.resolve()
+    third = convert(tmp_path / "hf", out, "gpt", 2, "fp32", log=lambda _m: None)
+    assert not build.exists()  # the one before the previous is gone: two builds at most
+    assert (out / ".2-gpu.previous").resolve() == second_build
+    assert {p.name for p in out.iterdir()} == {"2-gpu", ".2-gpu.previous", third.resolve().name, second_build.name}
+
+
+def test_restoring_the_previous_build_is_a_link_flip_and_can_be_undone(tmp_path):
+    """Going back to the last revision (issue 36): --restore-previous publishes the previous build
+    again, the one it replaces becomes the previous, and a new conversion still keeps two."""
+    make_model(tmp_path / "hf", "gpt", seed=5)
+    out = tmp_path / "ft"
+    old = convert(tmp_path / "hf", out, "gpt", 1, "fp32", log=lambda _m: None).resolve()
+    new = convert(tmp_path / "hf", out, "gpt", 1, "fp16", log=lambda _m: None).resolve()
+    done = cli("--restore-previous", "-o", str(out), "--tp", "1")
+    assert done.returncode == 0, done.stderr
+    assert ((out / "1-gpu").resolve(), (out / ".1-gpu.previous").resolve()) == (old, new)
+    assert json.loads((out / "1-gpu" / "conversion.json").read_text())["weight_dtype"] == "fp32"
+    assert load(out / "1-gpu").generate(PROMPT, 4)  # the old shards, whole
+    assert cli("--restore-previous", "-o", str(out), "--tp", "1").returncode == 0  # and forward again
+    assert ((out / "1-gpu").resolve(), (out / ".1-gpu.previous").resolve()) == (new, old)
+    assert {p.name for p in out.iterdir()} == {"1-gpu", ".1-gpu.previous", old.name, new.name}
+    refused = cli("--restore-previous", "-o", str(tmp_path / "none"), "--tp", "1")
+    assert refused.returncode == 2
+    assert "there is no previous build to restore" in refused.stderr
+    usage = cli("-o", str(out), "--tp", "1")
+    assert usage.returncode == 2
+    assert "--input and --family are required (except with --restore-previous)" in usage.stderr
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -312,7 +341,8 @@ def test_a_killed_conversion_leaves_the_old_shards_and_the_next_run_completes(tm
     load(first)  # every file there, at its size
     again = convert(tmp_path / "hf", tmp_path / "ft", "gptj", 2, "fp32", workers=1, log=lambda _m: None)
     assert again.resolve() != old_build
-    assert {p.name for p in (tmp_path / "ft").iterdir()} == {"2-gpu", again.resolve().name}  # leftovers gone
+    kept = {"2-gpu", again.resolve().name, ".2-gpu.previous", old_build.name}  # the killed build's leftovers gone
+    assert {p.name for p in (tmp_path / "ft").iterdir()} == kept
 
 
 @pytest.mark.parametrize(("family", "fixed"), [("gptj", 1e-6), ("gptneox", 1e-5), ("gpt", None)])

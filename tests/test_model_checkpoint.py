@@ -10,22 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_playbook
+from conftest import ROOT, git, run_playbook
 
 sys.path.insert(0, str(ROOT / "filter_plugins"))
 from fleet_checkpoint_dir import fleet_checkpoint_dir_id
 
 TOKEN = "hf_SECRET_TOKEN_must_not_leak_1234"
-ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-       "PATH": "/usr/bin:/bin"}  # fmt: skip
-
-
-def git(*args, cwd: Path) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, env={**ENV, "HOME": str(cwd)}, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 @pytest.fixture
@@ -171,3 +161,40 @@ def test_a_checkpoint_directory_is_copied_kept_in_step_and_left_alone(playbook, 
     rc, out = copy_from(playbook, tmp, directory)
     assert rc == 0, out
     assert (checkout / "config.json").read_text() == json.dumps({"n_embd": 8})
+
+
+def lfs_objects(checkout: Path) -> int:
+    return sum(1 for p in (checkout / ".git" / "lfs" / "objects").rglob("*") if p.is_file())
+
+
+def test_the_previous_revision_comes_back_without_the_source_and_older_ones_go(playbook, source):
+    """Two revisions side by side (issue 36): going back to the commit checked out before asks
+    the source for nothing (here it is gone), and the LFS objects of the current and the
+    previous revision stay while older ones are removed."""
+    checkout = source["tmp"] / "data" / "checkpoints" / "tiny"
+    assert fetch(playbook, source, commit=source["first"])[0] == 0
+    assert fetch(playbook, source, commit=source["second"])[0] == 0
+    assert lfs_objects(checkout) == 2
+    away = source["tmp"] / "source-away.git"
+    source["bare"].rename(away)  # the source is unreachable from here on
+    for commit, weights in ((source["first"], bytes(range(256))), (source["second"], bytes(reversed(range(256))))):
+        rc, out = fetch(playbook, source, commit=commit)
+        assert rc == 0, out
+        assert git("rev-parse", "HEAD", cwd=checkout) == commit
+        assert (checkout / "weights.bin").read_bytes() == weights * 64
+    away.rename(source["bare"])
+
+    work = source["tmp"] / "work"  # a third revision at the source
+    (work / "weights.bin").write_bytes(bytes(range(128)) * 128)
+    git("commit", "-qam", "third", cwd=work)
+    third = git("rev-parse", "HEAD", cwd=work)
+    git("push", "-q", source["url"], "release", cwd=work)
+    git("lfs", "push", "--all", source["url"], cwd=work)
+    assert fetch(playbook, source, commit=third)[0] == 0
+    assert lfs_objects(checkout) == 2  # the third's and the second's (previous); the first's went
+    source["bare"].rename(away)
+    rc, out = fetch(playbook, source, commit=source["second"])
+    assert rc == 0, out
+    rc, out = fetch(playbook, source, commit=source["first"])  # two back: its objects are gone
+    assert rc != 0
+    assert "are LFS pointers, not their content: weights.bin" in out, out

@@ -119,7 +119,9 @@ GPTJ = {"name": "gpt-j-6b", "family": "gptj", "source": {"revision": "main"}, "w
         ("device index that does not exist", "mixed8", {"fleet_gpu_devices": [0, 9]},
          ["fleet_gpu_devices=[0, 9]: GPU index 9 does not exist (the host has 8 GPU(s): 0, 1, 2, 3, 4, 5, 6, 7)"]),
         ("too little disk and GPU memory", "a100x1", {"model": "huge"},
-         ["fleet_data_root=", "huge needs", "GB (its weights, bin, fetch 240.0 GB, twice with git-lfs; the fp32 shards",
+         ["fleet_data_root=", "huge needs",
+          "GB (its weights, bin, fetch 240.0 GB, three times with git-lfs (the checkout and the objects of this "
+          "revision and the previous); the fp32 shards", "GB, twice (this revision's and the previous)",
           "fix: free space or point fleet_data_root",
           "fleet_tensor_para_size=1: huge needs", "MiB of weights per GPU at fp16"]),
         ("driver too old for the container", "a100x1", {"fleet_triton_container_version": "25.04"},
