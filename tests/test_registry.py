@@ -346,15 +346,19 @@ def test_a_killed_push_tags_nothing_and_a_killed_pull_publishes_nothing(fleet, t
 
     before, digests = published("ftfleet-reg-b"), shards("ftfleet-reg-b")
     assert before.endswith("ok"), before
-    count_builds = f"ls -A {MODEL_DIR} {CHECKPOINT} | grep -c '^[.]1-gpu[.]\\|^[.]ftfleet-pull'"
+    # Builds and incoming directories besides the published build and the previous one (kept for
+    # going back a revision: the .1-gpu.previous link and its build).
+    count_builds = (f"cd {MODEL_DIR} && {{ ls -A | grep '^[.]1-gpu[.]' | grep -vxF -e .1-gpu.previous "
+                    f"-e \"$(readlink 1-gpu)\" -e \"$(readlink .1-gpu.previous || echo none)\"; "
+                    f"ls -A {CHECKPOINT} | grep '^[.]ftfleet-pull'; }} | wc -l")  # fmt: skip
 
     def host_state() -> tuple[int, str]:
-        """(builds and incoming directories on -b, what -b publishes and whether it verifies)"""
+        """(unpublished builds and incoming directories on -b, what -b publishes and whether it verifies)"""
         return int(in_host("ftfleet-reg-b", count_builds).stdout.strip()), published("ftfleet-reg-b")
 
     pull = f"{ARTIFACT} pull {ref} --output {MODEL_DIR} --checkpoint {CHECKPOINT} {args}"
     states = kill_repeatedly("ftfleet-reg-b", pull, host_state)
-    assert any(count > 1 for count, _ in states), states  # killed part-way through a download at least once
+    assert any(count > 0 for count, _ in states), states  # killed part-way through a download at least once
     # After every kill, what -b publishes is a complete set that verifies: the one from before,
     # or the build of a pull that had flipped it before the kill landed.
     assert all(shown.endswith("ok") for _, shown in states), states
@@ -362,7 +366,10 @@ def test_a_killed_push_tags_nothing_and_a_killed_pull_publishes_nothing(fleet, t
     assert after.endswith("ok"), after
     assert after != before, after  # the pull that completed published a new build
     assert shards("ftfleet-reg-b") == digests
-    assert in_host("ftfleet-reg-b", count_builds).stdout.strip() == "1"  # the published build only: leftovers gone
+    assert in_host("ftfleet-reg-b", count_builds).stdout.strip() == "0"  # leftovers gone
+    # the published build, the one it replaced and the link to that: nothing older
+    kept = in_host("ftfleet-reg-b", f"ls -A {MODEL_DIR} | grep -c '^[.]1-gpu[.]'").stdout.strip()
+    assert kept == "3", kept
     run, status = converge(tmp_path / "after-kills", *MODELS, playbook="models.yml")
     assert status == "successful", failure_text(run)
     assert run.changes == [], [f"{c.host}: {c.task}" for c in run.changes]
