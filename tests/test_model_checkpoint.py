@@ -198,3 +198,24 @@ def test_the_previous_revision_comes_back_without_the_source_and_older_ones_go(p
     rc, out = fetch(playbook, source, commit=source["first"])  # two back: its objects are gone
     assert rc != 0
     assert "are LFS pointers, not their content: weights.bin" in out, out
+
+
+def test_preflight_reads_a_pinned_commit_it_read_before_without_the_source(source):
+    """Preflight reads config.json on the controller (roles/preflight/files/fetch-model-config);
+    going back to a commit it read before (the previous revision) must not need the source."""
+    script = ROOT / "roles" / "preflight" / "files" / "fetch-model-config"
+    cache = source["tmp"] / "cache"
+
+    def read(commit: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(script), source["url"], "release", commit, str(cache)], capture_output=True,
+                              text=True, check=False)  # fmt: skip
+
+    for commit in (source["first"], source["second"]):
+        done = read(commit)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["commit"] == commit
+    source["bare"].rename(source["tmp"] / "away.git")
+    again = read(source["first"])
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["commit"] == source["first"]
+    assert read("0" * 40).returncode != 0  # a commit never read needs the source
