@@ -271,7 +271,7 @@ def _fleet_problems(v: Mapping[str, Any]) -> list[str]:
         problems.append("fleet_extra_ca_certificates: must be a list of PEM texts or paths")
     if v.get("fleet_model") not in ({}, None):  # {}: a host that serves no model
         problems += fleet_model_problems(v["fleet_model"])
-    problems += _serve_batch_problems(v) + _registry_problems(v)
+    problems += _serve_batch_problems(v) + _registry_problems(v) + _canary_problems(v)
     return problems
 
 
@@ -343,6 +343,75 @@ def _serve_batch_problems(v: Mapping[str, Any]) -> list[str]:
     fail = v.get("fleet_serve_max_fail_percentage")
     if fail is not None and not (re.fullmatch(r"\d+", str(fail)) and int(fail) <= 100):
         problems.append(f"fleet_serve_max_fail_percentage={_show(fail)}: must be a number from 0 to 100")
+    return problems
+
+
+def _whole(value: Any) -> int | None:
+    """An integer as the inventory writes one (not a bool, not 1.5), else None."""
+    if isinstance(value, bool) or not re.fullmatch(r"-?\d+", str(value).strip()):
+        return None
+    return int(str(value).strip())
+
+
+def _decimal(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
+def _canary_problems(v: Mapping[str, Any]) -> list[str]:
+    """fleet_canary_*: role canary's inputs (docs/operations.md "Canary")."""
+    problems = []
+    bounds = {  # name: (parse, lowest, highest, what)
+        "fleet_canary_hosts": (_whole, 0, None, "a whole number >= 0 (0: no canary)"),
+        "fleet_canary_weight": (_whole, 1, 100, "a whole number from 1 to 100 (percent of a host's weight)"),
+        "fleet_canary_seconds": (_whole, 10, None, "a whole number of seconds >= 10"),
+        "fleet_canary_max_error_ratio": (_decimal, 0.0, 1.0, "a number from 0 to 1 (0.01: 1 % of the answers)"),
+        "fleet_canary_max_p95_ratio": (
+            _decimal,
+            1.0,
+            None,
+            "a number >= 1 (1.5: half as slow again as the other hosts)",
+        ),
+        "fleet_canary_max_restarts": (_whole, 0, None, "a whole number >= 0"),
+    }
+    for name, (parse, low, high, what) in bounds.items():
+        if name not in v:
+            continue
+        value = parse(v[name])
+        if value is None or value < low or (high is not None and value > high):
+            problems.append(f"{name}={_show(v[name])}: must be {what}")
+    prompts = v.get("fleet_canary_golden_prompts", [])
+    if not isinstance(prompts, list):
+        wanted = "a list of {prompt, expected} or {prompt, expected_prefix}"
+        return [*problems, f"fleet_canary_golden_prompts={_show(prompts)}: must be {wanted}"]
+    for i, item in enumerate(prompts):
+        where = f"fleet_canary_golden_prompts[{i}]"
+        if not isinstance(item, Mapping):
+            problems.append(f"{where}={_show(item)}: must be a mapping with prompt and expected or expected_prefix")
+            continue
+        unknown = sorted(set(item) - {"prompt", "expected", "expected_prefix", "max_tokens"})
+        wants = [k for k in ("expected", "expected_prefix") if k in item]
+        if unknown:
+            problems.append(
+                f"{where}: unknown key(s) {', '.join(unknown)}; fix: prompt, expected or expected_prefix, max_tokens"
+            )
+        if not isinstance(item.get("prompt"), str) or not item.get("prompt"):
+            problems.append(f"{where}: prompt must be a text that is not empty")
+        if len(wants) != 1 or not isinstance(item[wants[0]], str):
+            problems.append(
+                f"{where}: needs exactly one of expected (the whole completion) or expected_prefix, as text"
+            )
+        tokens = _whole(item.get("max_tokens", 16))
+        if tokens is None or tokens < 1:
+            problems.append(f"{where}: max_tokens={_show(item.get('max_tokens'))}: must be a whole number >= 1")
+    if prompts and v.get("fleet_gateway") is False:
+        problems.append(
+            "fleet_canary_golden_prompts: the golden prompts are asked through the gateway; fix: fleet_gateway: true"
+        )
     return problems
 
 

@@ -144,6 +144,8 @@ def finish(run: Run, runner: Any, run_dir: Path, console: Console, **about: Any)
     console.print(view.per_stage(run))
     if run.changes or run.failures:
         console.print(view.changes(run))
+    if run.canaries:
+        console.print(view.canaries(run))
     if about.get("rollout"):
         console.print(rollout.describe(about["rollout"]), markup=False, highlight=False)
     total = sum(len(r) and sum(r.values()) for r in report["changed"].values())
@@ -174,6 +176,11 @@ def markdown(report: dict[str, Any]) -> str:
             for step in steps:
                 what = step["task"] + (f": {step['message']}" if step.get("message") else "")
                 lines.append(f"| {step['host']} | {step['stage']} | {step['role']} | {what} | {step['duration']} |")
+    if report.get("canary"):
+        lines += ["", "## Canary verdicts", "", "| host | verdict | what it saw |", "|---|---|---|"]
+        for host, verdict in sorted(report["canary"].items()):
+            saw = verdict["verdict"].split("):", 1)[-1].strip().replace("|", "\\|")
+            lines.append(f"| {host} | {'passed' if verdict['passed'] else 'FAILED, rolled back'} | {saw} |")
     return "\n".join(lines) + "\n"
 
 

@@ -19,13 +19,25 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 
+IMPORT = "ansible.builtin.import_playbook"
+
+
+def plays_of(path: Path) -> list[dict[str, Any]]:
+    """The plays of a playbook, those of the playbooks it imports in their place."""
+    plays = []
+    for entry in yaml.safe_load(path.read_text()):
+        plays += plays_of(path.parent / entry[IMPORT]) if IMPORT in entry else [entry]
+    return plays
+
+
 def stage_of_play() -> dict[str, str]:
-    """Play name -> stage (the stage playbook's file stem), in site.yml's order."""
-    stages = {}
+    """Play name -> stage (the stage playbook's file stem), in site.yml's order; a play that a
+    later stage imports again (the models of hosts that waited for a canary) keeps its first."""
+    stages: dict[str, str] = {}
     for entry in yaml.safe_load((ROOT / "site.yml").read_text()):
-        path = ROOT / entry["ansible.builtin.import_playbook"]
-        for play in yaml.safe_load(path.read_text()):
-            stages[play["name"]] = path.stem
+        path = ROOT / entry[IMPORT]
+        for play in plays_of(path):
+            stages.setdefault(play["name"], path.stem)
     return stages
 
 
@@ -33,9 +45,9 @@ def rollout_plays() -> tuple[str, list[str]]:
     """The serve stage's play that restarts hosts in batches (its `serial` is fleet_serve_serial),
     and the serve plays of the same hosts (every host that play batches passes through them; one
     with nothing to restart leaves the rollout play at once, without an event)."""
-    plays = yaml.safe_load((ROOT / "playbooks" / "serve.yml").read_text())
+    plays = plays_of(ROOT / "playbooks" / "serve.yml")
     rollout = next(play for play in plays if "fleet_serve_serial" in str(play.get("serial", "")))
-    return rollout["name"], [play["name"] for play in plays if play["hosts"] == rollout["hosts"]]
+    return rollout["name"], list(dict.fromkeys(play["name"] for play in plays if play["hosts"] == rollout["hosts"]))
 
 
 def event_time(event: Mapping[str, Any]) -> float:
@@ -127,6 +139,8 @@ class Run:
     # to restart leaves that play at its first task, which has no role)
     restarts: dict[str, list[float]] = field(default_factory=dict)
     batched: dict[str, None] = field(default_factory=dict)  # the hosts the rollout play batches, in order
+    # host -> role canary's verdict on it: passed, and its message (measures, reasons)
+    canaries: dict[str, dict[str, Any]] = field(default_factory=dict)
     began: float = field(default_factory=time.monotonic)
 
     def host(self, name: str) -> HostState:
@@ -169,7 +183,18 @@ class Run:
                 host.done, host.task, host.progress = True, "", ""
         if kind.startswith("runner_on_") and data.get("host") and self.play in self.rollout[1]:
             self._rollout(kind, data, event)
+        if kind == "runner_on_ok" and data.get("role") == "canary" and data.get("host") in self.canaries:
+            self._canary(data, event)
         return True
+
+    def _canary(self, data: Mapping[str, Any], event: Mapping[str, Any]) -> None:
+        """When the verdict came, and how long a rollback took from it to the canary serving the
+        previous revision with its full weight again."""
+        verdict, task = self.canaries[data["host"]], data.get("task") or ""
+        if task.endswith("Verdict"):
+            verdict["at"] = event_time(event)
+        elif task.startswith("rollback | Record that the canary serves") and "at" in verdict:
+            verdict["rollback_seconds"] = round(event_time(event) - verdict["at"], 1)
 
     def _rollout(self, kind: str, data: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         """The hosts the rollout play batches, and how long each restart took (from the first
@@ -198,6 +223,10 @@ class Run:
             if _says_something(data, res):
                 message = " ".join(str(res["msg"]).split())
                 self.notes.append({"host": step.host, "stage": step.stage, "message": message})
+                if step.role == "canary" and step.task.endswith("Verdict"):
+                    passed = message.split("):", 1)[-1].lstrip().startswith("passed")
+                    self.canaries[step.host] = {"passed": passed, "verdict": message}
+                    state.progress = "canary passed" if passed else "canary FAILED, rolling back"
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             state.failed += 1
             step.message = _message(res)
@@ -236,4 +265,5 @@ class Run:
             "failures": [step.as_dict() for step in self.failures],
             "notes": self.notes,
             "rollout": {host: round(end - start, 1) for host, (start, end) in sorted(self.restarts.items())},
+            "canary": {host: {k: v for k, v in c.items() if k != "at"} for host, c in sorted(self.canaries.items())},
         }

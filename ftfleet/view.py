@@ -59,6 +59,19 @@ def changes(run: Run) -> Table:
     return table
 
 
+def canaries(run: Run) -> Table:
+    """Role canary's verdict on each canary: passed or failed, and why (measures, reasons)."""
+    table = Table(title="Canary verdicts", title_justify="left")
+    table.add_column("host")
+    table.add_column("verdict")
+    table.add_column("what it saw", overflow="fold")
+    for host, verdict in sorted(run.canaries.items()):
+        passed = verdict["passed"]
+        said = Text("passed" if passed else "FAILED, rolled back", style="green" if passed else "bold red")
+        table.add_row(host, said, verdict["verdict"].split("):", 1)[-1].strip())
+    return table
+
+
 def per_stage(run: Run) -> Table:
     """host x stage: how many tasks changed (0 where a stage ran and changed nothing)."""
     counts = run.changed_per_stage()

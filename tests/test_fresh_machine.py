@@ -75,6 +75,14 @@ def report(command: str) -> dict:
     return json.loads(done.stdout)
 
 
+def all_reports(command: str) -> list[dict]:
+    """Every ftfleet report of that command in the fresh machine's clone, oldest first."""
+    done, _ = inside("python3 -c 'import glob, json; print(json.dumps([json.load(open(p)) for p in "
+                     f"sorted(glob.glob(\"runs/*-{command}/report.json\"))]))'")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def ftfleet(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess[str], float]:
     return inside(" ".join([".venv/bin/ftfleet", *map(shlex.quote, args)]), timeout=timeout)
 
@@ -177,6 +185,7 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
 
     the_front_wants_a_key_and_streams_the_same_text()
     a_keys_limits_hold_over_both_hosts_and_its_scope_and_expiry_are_kept()
+    a_bad_revision_goes_to_one_host_under_load_and_comes_back_by_itself()
     a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_what_it_must(stages)
     status_shows_both_hosts_serving()
     plan_previews_a_gpu_change_without_changing_it()
@@ -311,6 +320,35 @@ def a_keys_limits_hold_over_both_hosts_and_its_scope_and_expiry_are_kept() -> No
     assert seen["third"] == [429, "concurrency_limit_exceeded", "1"], seen
     assert seen["ends"] == ["data: [DONE]"] * 2, seen
     assert seen["after_both_ended"][0] == 200, seen
+
+
+def a_bad_revision_goes_to_one_host_under_load_and_comes_back_by_itself() -> None:
+    """Issue 36's second case, as scripts/lab-canary runs it (its own checks exit 1): a revision
+    that loads and answers wrongly (scripts/lab-revision bad) goes to the canary, lab-node1, alone
+    while four clients (two streamed) send completions through HAProxy; its golden prompt fails,
+    and it goes back to the previous commit by itself (checkout, shards and repository files kept
+    on the host: nothing fetched or converted); lab-node2 changes nothing; Alertmanager holds
+    FleetCanaryRolledBack naming the commit; no request fails; with the previous commit back in
+    main, an apply changes nothing."""
+    done, took = inside("python3 scripts/lab-canary --cases bad --window 20", timeout=1200)
+    out = done.stdout + done.stderr
+    print(f"a bad revision's canary on the lab, {took:.0f} s in all:\n{out[-3000:]}")
+    assert done.returncode == 0, out[-6000:]
+    bad = json.loads(out.strip().splitlines()[-1])["cases"]["bad"]
+    assert bad["failed"] == 0, bad
+    assert bad["requests"] >= 50, bad
+    assert "golden prompt 'Every role'" in bad["verdict"], bad
+    assert bad["serving"]["lab-node1"] == bad["serving"]["lab-node2"] != bad["new"], bad
+    assert bad["rollback_seconds"] is not None, bad
+    assert bad["rollback_seconds"] > 0, bad
+    # The apply with the bad revision restarted lab-node1's tritonserver twice (to the new commit,
+    # then back) and changed nothing on lab-node2; the one after, with the old commit, nothing.
+    applied = all_reports("apply")[-2:]
+    first = applied[0]
+    restarts = [(c["host"], c["role"]) for c in first["changes"] if c["task"] == "Restart tritonserver"]
+    assert restarts == [("lab-node1", "triton_server"), ("lab-node1", "triton_server")], restarts
+    assert not sum(first["changed"]["lab-node2"].values()), first["changed"]
+    assert not any(sum(row.values()) for row in applied[1]["changed"].values()), applied[1]["changed"]
 
 
 # What a batch-size change makes on each host, in order: config.pbtxt, the unit and the restart

@@ -14,6 +14,7 @@ import ansible_runner
 from conftest import BIN, ROOT, run_playbook
 
 from ftfleet import view
+from ftfleet.cli import markdown
 from ftfleet.events import Run, stage_of_play
 
 PLAY = """
@@ -293,3 +294,37 @@ def test_the_status_play_reports_a_plain_load_balancer(tmp_path):
              if line.startswith("ok: [lb-x] => {") and "fleet_status_report" in line]  # fmt: skip
     assert [f["ansible_facts"]["fleet_status_report"] for f in facts] == [
         {"model": "load balancer", "health": "plain HTTP", "tls_days_left": None}], out[-3000:]  # fmt: skip
+
+
+def test_a_canarys_verdict_and_rollback_time_come_from_its_events():
+    """Role canary's Verdict line (a debug message) marks the host's row and the report; a failed
+    one's rollback is timed from it to the rollback's last task (events as ansible-runner gives them)."""
+    run = Run()
+
+    def ok(task: str, at: str, msg: str = "", action: str = "command") -> dict:
+        return {"event": "runner_on_ok", "created": at,
+                "event_data": {"host": "node1", "role": "canary", "task": task, "task_action": action,
+                               "res": {"msg": msg, "changed": action != "debug"}}}  # fmt: skip
+
+    verdict = ("canary node1 (tiny at 0123abcd): FAILED: golden prompt 'Hi': answered ' x', expected ' y'; "
+               "measures over 30 s: {\"client_requests\": null}")  # fmt: skip
+    for event in (
+        {"event": "playbook_on_play_start", "event_data": {"play": "Judge the canaries"}},
+        ok("Verdict", "2026-11-27T09:40:00.000000", verdict, "ansible.builtin.debug"),
+        ok("rollback | Drain the canary in the load balancers", "2026-11-27T09:40:01.000000"),
+        ok("rollback | Record that the canary serves a judged revision again", "2026-11-27T09:40:12.500000"),
+    ):
+        run.handle(event)
+    assert run.canaries["node1"]["passed"] is False
+    assert run.hosts["node1"].progress == "canary FAILED, rolling back"
+    report = run.report(command="apply", result="failed", run_dir="runs/x")
+    assert report["canary"] == {"node1": {"passed": False, "verdict": verdict, "rollback_seconds": 12.5}}
+    summary = markdown({**report, "rc": 2})
+    assert "| node1 | FAILED, rolled back | FAILED: golden prompt 'Hi'" in summary
+
+    passed = Run()
+    passed.handle({"event": "playbook_on_play_start", "event_data": {"play": "Judge the canaries"}})
+    said = "canary node1 (tiny at 4567): passed; measures over 30 s: {}"
+    passed.handle(ok("Verdict", "2026-11-27T09:41:00.000000", said, "ansible.builtin.debug"))
+    assert passed.canaries["node1"]["passed"] is True
+    assert "rollback_seconds" not in passed.report()["canary"]["node1"]

@@ -1,0 +1,143 @@
+"""Role canary's decisions (filter_plugins/canary.py): which hosts go first, what Prometheus is
+asked, and the verdict from its answers and the golden prompts'."""
+
+from __future__ import annotations
+
+import pytest
+from canary import canary_golden_failures, canary_held, canary_picks, canary_queries, canary_verdict
+
+LIMITS = {"max_error_ratio": 0.01, "max_p95_ratio": 1.5, "max_restarts": 0}
+
+
+def host(model: str, changes: bool, hosts: int = 1, verdict: dict | None = None) -> dict:
+    facts = {"fleet_model": {"name": model}, "canary_changes": changes, "fleet_canary_hosts": hosts}
+    return {**facts, "canary_verdict": verdict} if verdict is not None else facts
+
+
+def test_per_model_the_first_changing_hosts_go_first_and_the_other_changing_ones_wait():
+    hv = {"a1": host("a", False), "a2": host("a", True), "a3": host("a", True), "a4": host("a", True),
+          "b1": host("b", True, hosts=2), "b2": host("b", "true", hosts=2), "b3": host("b", True, hosts=2),
+          "c1": host("c", True, hosts=0), "c2": host("c", True, hosts=0),
+          "d1": {**host("d", True), "fleet_gateway": False}}  # fmt: skip
+    picks = canary_picks(list(hv), hv, enabled=True)
+    assert picks == {"a1": "none", "a2": "canary", "a3": "wait", "a4": "wait", "b1": "canary", "b2": "canary",
+                     "b3": "wait", "c1": "none", "c2": "none", "d1": "none"}  # fmt: skip
+    # a run that does not serve (models stage alone, check mode): every host as before
+    assert set(canary_picks(list(hv), hv, enabled=False).values()) == {"none"}
+
+
+def test_a_waiting_host_is_held_until_every_canary_of_its_model_passed():
+    passed = {"passed": True, "reasons": []}
+    failed = {"passed": False, "reasons": ["golden prompt 'Hi': answered ' x', expected ' y'"]}
+    hv = {"a1": host("a", True, verdict=passed), "a2": host("a", True, verdict=failed), "a3": host("a", True),
+          "b1": host("b", True), "b2": host("b", True)}  # fmt: skip
+    assert canary_held("a3", hv, ["a1"]) == ""
+    assert (
+        canary_held("a3", hv, ["a1", "a2"]) == "canary a2 of a failed: golden prompt 'Hi': answered ' x', expected ' y'"
+    )
+    # b1 never got a verdict (its rollout or gates failed before the judgement)
+    assert canary_held("b2", hv, ["a1", "b1"]) == "canary b1 of b has no verdict (it failed before it was judged)"
+
+
+def test_the_queries_judge_the_canary_against_the_models_other_hosts_over_the_window():
+    q = canary_queries("node-1", "tiny", "model_tiny", ["node-1", "node.7"], 30)
+    assert q["client_errors"] == (
+        'sum(increase(haproxy_server_http_responses_total{proxy="model_tiny",server="node-1",code="5xx"}[30s]))'
+    )
+    assert q["p95_seconds"] == ('histogram_quantile(0.95, sum by (le) (rate(ftgateway_request_seconds_bucket'
+                                '{model="tiny",instance="node-1",route!="/v1/models"}[30s])))')  # fmt: skip
+    # the baseline leaves out every canary (a regular expression: the dot is escaped)
+    assert 'instance!~"node\\\\-1|node\\\\.7"' in q["baseline_p95_seconds"]
+    assert q["counter_resets"] == 'max(resets(nv_inference_request_success{job="triton",instance="node-1"}[30s]))'
+    assert set(q) == {"client_requests", "client_errors", "retried_elsewhere", "host_requests", "host_errors",
+                      "p95_seconds", "baseline_p95_seconds", "counter_resets", "down_scrapes"}  # fmt: skip
+
+
+def answers(**values: float | None) -> list[dict]:
+    """Registered uri results of the queries, as Prometheus answers an instant query."""
+    out = []
+    for key, value in values.items():
+        result = [] if value is None else [{"metric": {}, "value": [1795770000.0, str(value)]}]
+        out.append({"item": {"key": key, "value": "..."}, "status": 200, "json": {"data": {"result": result}}})
+    return out
+
+
+HEALTHY = {"client_requests": 400, "client_errors": 0, "retried_elsewhere": 0, "host_requests": 400,
+           "host_errors": 0, "p95_seconds": 0.20, "baseline_p95_seconds": 0.18, "counter_resets": 0,
+           "down_scrapes": 0}  # fmt: skip
+
+
+def test_a_healthy_window_passes_with_its_measures():
+    verdict = canary_verdict(answers(**HEALTHY), LIMITS, [], 30)
+    assert verdict["passed"] is True, verdict
+    assert verdict["reasons"] == []
+    assert verdict["measures"]["client_error_ratio"] == 0.0
+    assert verdict["measures"]["p95_ratio"] == pytest.approx(0.20 / 0.18)
+    assert verdict["measures"]["tritonserver_restarts"] == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (
+            {"client_errors": 8},
+            "client error ratio 0.0200 > 0.01 over 30 s (5xx that clients got through the load balancers: 8 of 400)",
+        ),
+        ({"p95_seconds": 0.5}, "p95 latency 0.500 s is 2.78 times the other hosts' 0.180 s > 1.5 over 30 s"),
+        ({"counter_resets": 2}, "tritonserver restarts 2 > 0 over 30 s"),
+        # a restart between two scrapes shows as a scrape that found it down, once
+        ({"down_scrapes": 3}, "tritonserver restarts 1 > 0 over 30 s"),
+    ],
+)
+def test_each_measure_over_its_threshold_fails_the_canary_with_value_threshold_and_window(change, reason):
+    verdict = canary_verdict(answers(**{**HEALTHY, **change}), LIMITS, [], 30)
+    assert verdict["passed"] is False
+    assert verdict["reasons"] == [reason]
+
+
+def test_the_hosts_own_errors_that_the_load_balancers_retried_do_not_fail_it():
+    """After a tritonserver kill on the lab, its gateway answered 40 503s of 255 (16 %), HAProxy
+    retried each on the other host, and its per-server count of 5xx to clients stayed 0."""
+    window = {**HEALTHY, "host_requests": 255, "host_errors": 40, "retried_elsewhere": 40}
+    verdict = canary_verdict(answers(**window), LIMITS, [], 30)
+    assert verdict["passed"] is True, verdict
+    assert verdict["measures"]["host_error_ratio"] == pytest.approx(40 / 255)
+    assert verdict["measures"]["client_error_ratio"] == 0.0
+
+
+def test_no_traffic_and_no_baseline_leave_those_measures_unjudged():
+    window = {**HEALTHY, "client_requests": 0, "client_errors": None, "baseline_p95_seconds": None}
+    verdict = canary_verdict(answers(**window), LIMITS, [], 30)
+    assert verdict["passed"] is True
+    assert verdict["measures"]["client_error_ratio"] is None
+    assert verdict["measures"]["p95_ratio"] is None
+
+
+def test_a_question_prometheus_did_not_answer_fails_the_canary():
+    broken = answers(**HEALTHY)
+    broken[0] = {"item": broken[0]["item"], "status": -1, "msg": "Connection refused"}
+    verdict = canary_verdict(broken, LIMITS, [], 30, "Prometheus on mon-1")
+    assert verdict["passed"] is False
+    assert verdict["reasons"] == ["Prometheus on mon-1 did not answer client_requests (HTTP -1: Connection refused)"]
+
+
+def test_golden_prompts_are_checked_whole_or_by_prefix_and_a_failure_skips_prometheus():
+    def said(text: str, **item: str) -> dict:
+        return {"item": {"prompt": "The fleet", **item}, "status": 200, "json": {"choices": [{"text": text}]}}
+
+    results = [said(" serves a model", expected=" serves a model"), said(" serves a model", expected_prefix=" serves"),
+               said(" thet the", expected=" serves a model"), said(" thet", expected_prefix=" serves"),
+               {"item": {"prompt": "Hi", "expected": "x"}, "status": 503, "msg": "Status code was 503"}]  # fmt: skip
+    failures = canary_golden_failures(results)
+    assert failures == [
+        "golden prompt 'The fleet': answered ' thet the', expected ' serves a model'",
+        "golden prompt 'The fleet': answered ' thet', expected it to start with ' serves'",
+        "golden prompt 'Hi': HTTP 503 Status code was 503",
+    ]
+    # the queries were skipped (each item skipped): the verdict is the golden prompts'
+    skipped = [{"item": {"key": k}, "skipped": True} for k in HEALTHY]
+    verdict = canary_verdict(skipped, LIMITS, failures, 30)
+    assert verdict["passed"] is False
+    assert verdict["reasons"] == failures
+    assert verdict["measures"]["golden_prompt_failures"] == 3
+    assert verdict["measures"]["client_requests"] is None
