@@ -219,3 +219,34 @@ def test_preflight_reads_a_pinned_commit_it_read_before_without_the_source(sourc
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["commit"] == source["first"]
     assert read("0" * 40).returncode != 0  # a commit never read needs the source
+
+
+def test_the_script_goes_back_to_the_previous_revision_from_what_is_here(playbook, source):
+    """fetch-checkpoint previous (role canary's rollback): the commit checked out before comes
+    back from the objects kept here, the source gone, and becomes the previous one in turn;
+    a directory that is no checkout, or one with no previous revision, is refused, unchanged."""
+    script = ROOT / "roles" / "model_checkpoint" / "files" / "fetch-checkpoint"
+    checkout = source["tmp"] / "data" / "checkpoints" / "tiny"
+
+    def back(where: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([str(script), "previous", str(where), ""], capture_output=True, text=True, check=False)
+
+    assert fetch(playbook, source, commit=source["first"])[0] == 0
+    refused = back(checkout)  # one revision only: nothing to go back to
+    assert refused.returncode == 3, refused.stderr
+    assert "has no previous revision" in refused.stderr
+    assert fetch(playbook, source, commit=source["second"])[0] == 0
+    source["bare"].rename(source["tmp"] / "away.git")
+    for commit, weights in ((source["first"], bytes(range(256))), (source["second"], bytes(reversed(range(256))))):
+        done = back(checkout)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split()[-1] == commit
+        assert git("rev-parse", "HEAD", cwd=checkout) == commit
+        assert (checkout / "weights.bin").read_bytes() == weights * 64
+    assert git("rev-parse", "refs/ftfleet/previous", cwd=checkout) == source["first"]
+    plain = source["tmp"] / "pulled"  # the small files a registry pull leaves: no git checkout
+    plain.mkdir()
+    (plain / "config.json").write_text("{}")
+    done = back(plain)
+    assert done.returncode == 4, done.stderr
+    assert "is not a git checkout" in done.stderr
