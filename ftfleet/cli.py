@@ -33,7 +33,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ftfleet import rollout, view
-from ftfleet.events import ROOT, Run
+from ftfleet.events import ROOT, Run, verdict_said
 
 EXIT = {"ok": 0, "error": 1, "failed": 2, "unreachable": 4, "usage": 64}
 
@@ -179,7 +179,7 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("canary"):
         lines += ["", "## Canary verdicts", "", "| host | verdict | what it saw |", "|---|---|---|"]
         for host, verdict in sorted(report["canary"].items()):
-            saw = verdict["verdict"].split("):", 1)[-1].strip().replace("|", "\\|")
+            saw = verdict_said(verdict["verdict"]).replace("|", "\\|")
             lines.append(f"| {host} | {'passed' if verdict['passed'] else 'FAILED, rolled back'} | {saw} |")
     return "\n".join(lines) + "\n"
 

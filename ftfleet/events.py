@@ -99,6 +99,12 @@ def _last_line(res: Mapping[str, Any]) -> str:
     return str(res.get("msg") or "").strip().splitlines()[-1:][0] if res.get("msg") else ""
 
 
+def verdict_said(message: str) -> str:
+    """What role canary's Verdict line says after naming the host, model and commit: passed or
+    FAILED with the reasons, then the measures."""
+    return message.split("):", 1)[-1].strip()
+
+
 def _says_something(data: Mapping[str, Any], res: Mapping[str, Any]) -> bool:
     """A debug message, or an assert's own success_msg (the gate's "host answers ..."), not Ansible's default."""
     action = str(data.get("task_action", "")).rsplit(".", 1)[-1]
@@ -193,7 +199,7 @@ class Run:
         verdict, task = self.canaries[data["host"]], data.get("task") or ""
         if task.endswith("Verdict"):
             verdict["at"] = event_time(event)
-        elif task.startswith("rollback | Record that the canary serves") and "at" in verdict:
+        elif task == "Record that the canary serves a judged revision" and not verdict["passed"] and "at" in verdict:
             verdict["rollback_seconds"] = round(event_time(event) - verdict["at"], 1)
 
     def _rollout(self, kind: str, data: Mapping[str, Any], event: Mapping[str, Any]) -> None:
@@ -224,7 +230,7 @@ class Run:
                 message = " ".join(str(res["msg"]).split())
                 self.notes.append({"host": step.host, "stage": step.stage, "message": message})
                 if step.role == "canary" and step.task.endswith("Verdict"):
-                    passed = message.split("):", 1)[-1].lstrip().startswith("passed")
+                    passed = verdict_said(message).startswith("passed")
                     self.canaries[step.host] = {"passed": passed, "verdict": message}
                     state.progress = "canary passed" if passed else "canary FAILED, rolling back"
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):

@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from ftfleet.events import Run
+from ftfleet.events import Run, verdict_said
 
 
 def _elapsed(seconds: float) -> str:
@@ -68,7 +68,7 @@ def canaries(run: Run) -> Table:
     for host, verdict in sorted(run.canaries.items()):
         passed = verdict["passed"]
         said = Text("passed" if passed else "FAILED, rolled back", style="green" if passed else "bold red")
-        table.add_row(host, said, verdict["verdict"].split("):", 1)[-1].strip())
+        table.add_row(host, said, verdict_said(verdict["verdict"]))
     return table
 
 

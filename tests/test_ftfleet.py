@@ -312,7 +312,7 @@ def test_a_canarys_verdict_and_rollback_time_come_from_its_events():
         {"event": "playbook_on_play_start", "event_data": {"play": "Judge the canaries"}},
         ok("Verdict", "2026-11-27T09:40:00.000000", verdict, "ansible.builtin.debug"),
         ok("rollback | Drain the canary in the load balancers", "2026-11-27T09:40:01.000000"),
-        ok("rollback | Record that the canary serves a judged revision again", "2026-11-27T09:40:12.500000"),
+        ok("Record that the canary serves a judged revision", "2026-11-27T09:40:12.500000"),
     ):
         run.handle(event)
     assert run.canaries["node1"]["passed"] is False
