@@ -13,9 +13,10 @@ name: canary_picks
 short_description: Which of the play's hosts are canaries, which wait for their verdict, which roll as before
 description:
   - Called once per play (run_once); reads each host's variables once.
-  - A host I(changes) when its variable canary_changes is true (it serves shards of another
-    revision, tp or weight dtype than the inventory asks for, or a canary's revision that was
-    never judged) and it serves through the gateway (fleet_gateway). Per model (fleet_model.name),
+  - A host I(changes) when its variable canary_changes is true (filter canary_change: this run
+    changes the revision, tp or weight dtype of the shards it serves, its model repository or its
+    serving image; or it is a canary whose change was never judged) and it serves through the
+    gateway (fleet_gateway). Per model (fleet_model.name),
     in play order, the first fleet_canary_hosts hosts that change are C(canary), the other hosts
     that change C(wait); every other host is C(none). With I(enabled) false every host is C(none).
 options:
@@ -32,6 +33,42 @@ options:
     type: bool
     required: true
 """
+
+
+def canary_change(
+    serving: Mapping[str, Any] | None,
+    target: str,
+    revision_changes: Any,
+    repository_read: list[str],
+    repository_stale: list[str],
+    image_now: Mapping[str, Any] | None,
+    image_next: str,
+) -> dict[str, Any]:
+    """What about a host's answers this run changes, read before anything changes (role canary,
+    tasks_from choose). `serving` is what its published shards were made from (ft_convert
+    tasks_from serving; empty: it serves nothing yet, and a first deployment is no change);
+    `revision_changes` whether their commit, tp or weight dtype differs from the inventory's;
+    `repository_read` the model repository's files on the host as triton_model_repo read them
+    (none: no repository yet) and `repository_stale` those the role would write; `image_now` the
+    image of the running tritonserver container (id, ref; empty when none runs) and
+    `image_next` the id of the image this run serves. Returns revision (bool), repository (the
+    files that change), image (the running one, kept for a rollback, when the image changes),
+    changes (any of them) and said (a line for people)."""
+    serves = bool(serving)
+    revision = serves and _true(revision_changes)
+    repository = sorted(repository_stale) if serves and repository_read else []
+    now = dict(image_now or {})
+    image = now if serves and now.get("id") and image_next and now["id"] != image_next else {}
+    said = []
+    if revision:
+        old = (serving or {}).get("checkpoint") or "?"
+        said.append(f"revision {old[:12]} -> {(target or '?')[:12]}" if old != target else "tp or weight dtype")
+    if repository:
+        said.append("model repository (" + ", ".join(repository) + ")")
+    if image:
+        said.append(f"serving image {image['id'][:19]} -> {image_next[:19]}")
+    return {"revision": revision, "repository": repository, "image": image, "changes": bool(said),
+            "said": "; ".join(said)}  # fmt: skip
 
 
 def canary_picks(hosts: list[str], hostvars: Mapping[str, Any], enabled: Any) -> dict[str, str]:
@@ -153,16 +190,18 @@ def canary_verdict(
     failures: list[str],
     seconds: int,
     asked: str = "Prometheus",
+    gate_failure: str = "",
 ) -> dict:
     """The verdict on one canary. `results` are the registered uri results of Prometheus's
     answers to canary_queries (each with its query's name as item.key; none when it was not
     asked: no monitoring host, or a golden prompt failed first); a question `asked` could not
     answer is a reason too. `limits` has max_error_ratio, max_p95_ratio and max_restarts;
-    `failures` are the reasons found before (golden prompts). Returns passed, reasons (each with
+    `failures` are the reasons found before (golden prompts), `gate_failure` why its restart or
+    gates failed in the rollout (it fails the canary first). Returns passed, reasons (each with
     the measure, its value, the threshold and the window) and measures (every value, None where
     there was nothing to measure)."""
     m: dict[str, float | None] = {}
-    reasons = list(failures)
+    reasons = ([gate_failure] if gate_failure else []) + list(failures)
     for r in results:
         item = r.get("item")
         if r.get("skipped") or not isinstance(item, Mapping) or "key" not in item:
@@ -181,6 +220,7 @@ def canary_verdict(
         "p95_ratio": _ratio(m.get("p95_seconds"), m.get("baseline_p95_seconds")),
         "tritonserver_restarts": None,
         "golden_prompt_failures": len(failures),
+        "gates_failed": bool(gate_failure),
     }
     if m.get("counter_resets") is not None or m.get("down_scrapes") is not None:
         resets = m.get("counter_resets") or 0.0
@@ -213,6 +253,7 @@ def _ratio(part: float | None, whole: float | None) -> float | None:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "canary_change": canary_change,
             "canary_picks": canary_picks,
             "canary_held": canary_held,
             "canary_queries": canary_queries,

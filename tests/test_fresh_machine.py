@@ -363,6 +363,13 @@ ROLLOUT = [
     ("triton_server", "Restart tritonserver", True),
     ("lb_ready", "Put this host back on each load balancer, in model_tiny-gpt2", False),
 ]
+# A model repository change goes to a canary first (role canary): lab-node1 keeps its repository
+# files and a mark before the change, and loses the mark once judged; lab-node2 follows it.
+CANARY_ROLLOUT = [
+    ("canary", "choose | Keep the canary's model repository files for a rollback, and mark it unjudged", False),
+    *ROLLOUT,
+    ("canary", "Record that the canary serves a judged revision", False),
+]
 
 
 def a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_what_it_must(stages) -> None:
@@ -370,11 +377,12 @@ def a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_wh
     after the other while 4 clients send completions through HAProxy: each host is drained first
     and put back after its gates, so none fails; and each host changed exactly its config, its
     unit and its restart (molecule/site checks that a change of one host restarts that host
-    alone). Each client waits a second between requests: a steady load, not the most the lab
-    takes (at a request every 0.25 s per client the load alone used 1.6 of the machine's 2 cores,
-    about 110 ms of CPU a request, and slowed the rollout it watches and everything beside it;
-    most of that was the CPU stand-in's OpenBLAS spinning, ~20 ms a request since the serving
-    image sets OPENBLAS_NUM_THREADS=1)."""
+    alone). A model repository change is a canary's change: lab-node1 goes first and passes its
+    judgement (the lab's 30 s window), then lab-node2 follows. Each client waits a second
+    between requests: a steady load, not the most the lab takes (at a request every 0.25 s per
+    client the load alone used 1.6 of the machine's 2 cores, about 110 ms of CPU a request, and
+    slowed the rollout it watches and everything beside it; most of that was the CPU stand-in's
+    OpenBLAS spinning, ~20 ms a request since the serving image sets OPENBLAS_NUM_THREADS=1)."""
     stop = "/tmp/ftfleet-stop-load"
     inside(f"rm -f {stop}")
     load = subprocess.Popen(
@@ -403,12 +411,17 @@ def a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_wh
     assert result["failed"] == 0, (result, err)
     assert result["requests"] >= 50, result
     assert result["seconds"] >= took, result  # the load lasted the whole rollout
-    for host in ("lab-node1", "lab-node2"):
+    assert changed["canary"]["lab-node1"]["passed"] is True, changed["canary"]
+    chose = [n["message"] for n in changed["notes"] if n["message"].startswith("canary: tiny-gpt2 changes its")]
+    assert len(chose) == 1, changed["notes"]
+    assert "model repository (" in chose[0], chose
+    assert "fastertransformer/config.pbtxt" in chose[0], chose
+    for host, models, serve, steps in (("lab-node1", 2, 7, CANARY_ROLLOUT), ("lab-node2", 1, 6, ROLLOUT)):
         ran = changed["changed"][host]
         assert {"preflight", "models", "serve"} <= ran.keys() <= set(stages), ran
-        assert {stage: n for stage, n in ran.items() if n} == {"models": 1, "serve": 6}, changed["changed"]
+        assert {stage: n for stage, n in ran.items() if n} == {"models": models, "serve": serve}, changed["changed"]
         made = [(c["role"], c["task"], c.get("handler", False)) for c in changed["changes"] if c["host"] == host]
-        assert made == ROLLOUT, (host, made)
+        assert made == steps, (host, made)
     lb = changed["changed"]["lab-lb"]
     assert {"preflight", "serve"} <= lb.keys(), changed["changed"]
     assert not any(lb.values()), changed["changed"]

@@ -4,7 +4,10 @@ argument spec, and the specs really reject bad input."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
+import zipfile
 
 import pytest
 import yaml
@@ -213,3 +216,30 @@ def test_prods_monitoring_host_reaches_every_tritonservers_metrics(tmp_path):
         assert by_container["8000"].startswith("127.0.0.1:"), (host, published)
         assert by_container["8001"].startswith("127.0.0.1:"), (host, published)
         assert gateway_bind == "0.0.0.0", host
+
+
+def test_the_converters_zip_holds_ftnative_and_only_the_filters_it_imports(tmp_path):
+    """roles/ft_convert/files/pack-tools: a change to a filter the converter does not import (the
+    canary's) leaves the zip, and every host's copy of it, byte for byte as it was; a change to one
+    it imports does not."""
+    project = tmp_path / "project"
+    for part in ("ftnative", "filter_plugins"):
+        shutil.copytree(ROOT / part, project / part, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def pack(name: str) -> bytes:
+        out = tmp_path / name
+        subprocess.run([sys.executable, str(ROOT / "roles/ft_convert/files/pack-tools"), str(project), str(out)],
+                       check=True, capture_output=True)  # fmt: skip
+        return out.read_bytes()
+
+    first = pack("first.zip")
+    names = zipfile.ZipFile(tmp_path / "first.zip").namelist()
+    plugins = sorted(n for n in names if n.startswith("filter_plugins/"))
+    assert plugins == ["filter_plugins/ft_families.py", "filter_plugins/ft_layout.py", "filter_plugins/ft_model.py"]
+    assert {f"ftnative/{p.name}" for p in (ROOT / "ftnative").glob("*.py")} <= set(names)
+    with (project / "filter_plugins" / "canary.py").open("a") as f:
+        f.write("\n# another line\n")
+    assert pack("second.zip") == first
+    with (project / "filter_plugins" / "ft_layout.py").open("a") as f:
+        f.write("\n# another line\n")
+    assert pack("third.zip") != first

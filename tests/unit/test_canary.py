@@ -4,7 +4,7 @@ asked, and the verdict from its answers and the golden prompts'."""
 from __future__ import annotations
 
 import pytest
-from canary import canary_golden_failures, canary_held, canary_picks, canary_queries, canary_verdict
+from canary import canary_change, canary_golden_failures, canary_held, canary_picks, canary_queries, canary_verdict
 
 LIMITS = {"max_error_ratio": 0.01, "max_p95_ratio": 1.5, "max_restarts": 0}
 
@@ -24,6 +24,49 @@ def test_per_model_the_first_changing_hosts_go_first_and_the_other_changing_ones
                      "b3": "wait", "c1": "none", "c2": "none", "d1": "none"}  # fmt: skip
     # a run that does not serve (models stage alone, check mode): every host as before
     assert set(canary_picks(list(hv), hv, enabled=False).values()) == {"none"}
+
+
+SERVING = {"checkpoint": "a" * 40, "tp": 1, "weight_dtype": "fp16"}
+REPO = ["644 0123 fastertransformer/config.pbtxt", "644 4567 ensemble/config.pbtxt"]
+OLD_IMAGE = {"id": "sha256:" + "1" * 64, "ref": "ftfleet/tritonserver-ft:22.04-aaaa"}
+
+
+@pytest.mark.parametrize(
+    ("revision", "stale", "next_image", "said"),
+    [
+        (False, [], OLD_IMAGE["id"], ""),
+        (True, [], OLD_IMAGE["id"], "revision aaaaaaaaaaaa -> bbbbbbbbbbbb"),
+        (False, ["ensemble/config.pbtxt"], OLD_IMAGE["id"], "model repository (ensemble/config.pbtxt)"),
+        (False, [], "sha256:" + "2" * 64, "serving image sha256:111111111111 -> sha256:222222222222"),
+        (True, ["ensemble/config.pbtxt"], "sha256:" + "2" * 64,
+         "revision aaaaaaaaaaaa -> bbbbbbbbbbbb; model repository (ensemble/config.pbtxt); "
+         "serving image sha256:111111111111 -> sha256:222222222222"),
+    ],
+)  # fmt: skip
+def test_a_new_revision_model_repository_or_serving_image_is_a_change_that_goes_to_a_canary(
+    revision, stale, next_image, said
+):
+    change = canary_change(SERVING, "b" * 40, revision, REPO, stale, OLD_IMAGE, next_image)
+    assert change["said"] == said
+    assert change["changes"] == bool(said)
+    assert change["revision"] is revision
+    assert change["repository"] == stale
+    # the image it ran is kept for the rollback, only when it changes
+    assert change["image"] == (OLD_IMAGE if next_image != OLD_IMAGE["id"] else {})
+
+
+def test_a_host_that_serves_nothing_yet_or_whose_image_is_unknown_has_no_change():
+    image = "sha256:" + "2" * 64
+    # a first deployment: nothing served, every file to write
+    assert canary_change({}, "b" * 40, True, [], ["fastertransformer/config.pbtxt"], {}, image)["changes"] is False
+    # a repository that is not all there is no canary's change (nothing served from it)
+    same = OLD_IMAGE["id"]
+    assert canary_change(SERVING, "a" * 40, False, [], ["ensemble/config.pbtxt"], OLD_IMAGE, same)["changes"] is False
+    # no container runs (stopped), or the next image is not on the host: the image is not judged
+    assert canary_change(SERVING, "a" * 40, False, REPO, [], {}, image)["changes"] is False
+    assert canary_change(SERVING, "a" * 40, False, REPO, [], OLD_IMAGE, "")["changes"] is False
+    # the same commit with another tp or weight dtype
+    assert canary_change(SERVING, "a" * 40, True, REPO, [], OLD_IMAGE, OLD_IMAGE["id"])["said"] == "tp or weight dtype"
 
 
 def test_a_waiting_host_is_held_until_every_canary_of_its_model_passed():
@@ -141,3 +184,15 @@ def test_golden_prompts_are_checked_whole_or_by_prefix_and_a_failure_skips_prome
     assert verdict["reasons"] == failures
     assert verdict["measures"]["golden_prompt_failures"] == 3
     assert verdict["measures"]["client_requests"] is None
+
+
+def test_a_canary_whose_restart_or_gates_failed_fails_first_with_that_reason():
+    skipped = [{"item": {"key": k}, "skipped": True} for k in HEALTHY]
+    why = "its restart or gates failed at gate | Wait for /v2/health/ready: Connection refused"
+    verdict = canary_verdict(skipped, LIMITS, [], 30, gate_failure=why)
+    assert verdict["passed"] is False
+    assert verdict["reasons"] == [why]
+    assert verdict["measures"]["gates_failed"] is True
+    assert verdict["measures"]["golden_prompt_failures"] == 0
+    # and none failed: the measures say so
+    assert canary_verdict(skipped, LIMITS, [], 30)["measures"]["gates_failed"] is False
