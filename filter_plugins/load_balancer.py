@@ -4,27 +4,36 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: load_balancer_backends
-short_description: One frontend port and one backend (its hosts' gateways) per served model
+short_description: One backend (its hosts' gateways) per served model, and the frontends that reach them
 description:
   - Takes a list of host names (groups.gpu_hosts) and hostvars; every host with a fleet_model
     joins the backend of its model (named model_<name>), as a server named after the host at
     lb_member_address, or <ansible_host or the host's name>:<gateway_port or 8080>.
-  - Each model gets the port named in ports, or base_port plus its index among the served models
-    in sorted order. Refuses two models on one port and a port out of range.
+  - Every model is served on one port, port (load_balancer_port), routed by the request's "model"
+    (load_balancer_frontends). A model named in ports also gets a port of its own. Refuses two
+    models on one port, a model on the one endpoint's port and a port out of range.
   - A server whose host sets gateway_tls_cert is marked tls, with the name HAProxy verifies in its
-    certificate (gateway_tls_name, else the host's inventory name).
+    certificate (gateway_tls_name, else the host's inventory name); max_request_bytes is its
+    gateway's body limit (gateway_max_request_bytes, else 65536).
+  - load_balancer_frontends takes the backends and the one endpoint's port and returns the
+    frontends, the one endpoint (name fleet, no backend: it routes) first, then each model's own.
   - load_balancer_problems takes a load balancer's variables and the backends, and returns what
     preflight refuses (TLS half configured, plain HTTP on a network without
     load_balancer_allow_plaintext, certificates that do not parse, match or have expired, a
-    certificate that names neither load_balancer_vip nor load_balancer_vip_name).
+    certificate that names neither load_balancer_vip nor load_balancer_vip_name, a frontend port that
+    is also the metrics or the peers port).
   - tls_certificate_facts reads a PEM certificate: subject, names, notAfter, days left.
   - load_balancer_key_map takes the backends, hostvars and the number of load balancers, and
-    returns the lines of HAProxy's map of per-key limits, "<backend>:<key's SHA-256> <rate>:<most>":
-    for each model, every key its hosts take (gateway_api_keys, else fleet_api_keys) that may use
-    it (models), with its requests per minute (rate_per_minute, else the host's
-    gateway_rate_per_minute, else fleet_api_key_rate_per_minute, else 600) and concurrent requests
-    (concurrent_requests, else fleet_api_key_concurrent_requests, else 0 = no limit), each divided
-    among the load balancers (rounded up). Where a model's hosts disagree, the lower limit holds.
+    returns the lines of HAProxy's map of API keys, by their SHA-256 only. Per-key limits,
+    "<backend>:<SHA-256> <rate>:<most>": for each model, every key its hosts take
+    (gateway_api_keys, else fleet_api_keys) that may use it (models), with its requests per
+    minute (rate_per_minute, else the host's gateway_rate_per_minute, else
+    fleet_api_key_rate_per_minute, else 600) and concurrent requests (concurrent_requests, else
+    fleet_api_key_concurrent_requests, else 0 = no limit), each divided among the load balancers
+    (rounded up); where a model's hosts disagree, the lower limit holds. The one endpoint's
+    GET /v1/models answer per key, "models:<SHA-256> <JSON>": every served model the key may use
+    (an empty list for a key that the hosts take but may use none of them). A key's end,
+    "expires:<SHA-256> <UNIX time>", where it has one.
 options:
   _input:
     description: Host names.
@@ -35,25 +44,27 @@ options:
     type: dict
     required: true
   ports:
-    description: Model name -> frontend port.
+    description: Model name -> a port of its own, besides the one endpoint.
     type: dict
-  base_port:
-    description: The first port for models not in ports.
+  port:
+    description: The one endpoint's port, which serves every model.
     type: int
 """
 
 EXAMPLES = r"""
 - name: Show the backends
   ansible.builtin.debug:
-    msg: "{{ groups.gpu_hosts | load_balancer_backends(hostvars, {}, 8090) }}"
+    msg: "{{ groups.gpu_hosts | load_balancer_backends(hostvars, {}, 8090) | load_balancer_frontends(8090) }}"
 """
 
 RETURN = r"""
 _value:
   description: >-
-    "[{model, backend, port, servers: [{name, address, tls, tls_name}]}], sorted by model"
-    (load_balancer_backends); a list of problems (load_balancer_problems); a dict
-    (tls_certificate_facts).
+    "[{model, backend, port (its own, or null), servers: [{name, address, tls, tls_name, bind,
+    max_request_bytes}]}], sorted by model" (load_balancer_backends); "[{name, port, backend
+    ('' for the one endpoint)}]" (load_balancer_frontends); a list of problems
+    (load_balancer_problems); a dict (tls_certificate_facts); a list of lines
+    (load_balancer_key_map).
   type: list
   elements: dict
 """
@@ -61,20 +72,26 @@ _value:
 import datetime
 import hashlib
 import ipaddress
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from ft_families import AnsibleFilterError
+from gateway import key_expiry
 from keepalived import vip_list
 
 
-def load_balancer_backends(hosts: Any, hostvars: Any, ports: Any = None, base_port: Any = 8090) -> list[dict]:
+def _port(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+        raise AnsibleFilterError(f"load_balancer_backends: {what}={value!r}: not a port (1-65535)")
+    return value
+
+
+def load_balancer_backends(hosts: Any, hostvars: Any, ports: Any = None, port: Any = 8090) -> list[dict]:
     if not isinstance(hosts, list | tuple):
         raise AnsibleFilterError(f"load_balancer_backends: expected a list of hosts, got {type(hosts).__name__}")
-    ports = dict(ports or {})
-    if not isinstance(base_port, int) or isinstance(base_port, bool) or not 1 <= base_port <= 65535:
-        raise AnsibleFilterError(f"load_balancer_backends: base_port must be a port (1-65535), got {base_port!r}")
-    members: dict[str, list[dict[str, str]]] = {}
+    ports, endpoint = dict(ports or {}), _port(port, "load_balancer_port")
+    members: dict[str, list[dict[str, Any]]] = {}
     for host in hosts:
         v = hostvars[host]
         model = v.get("fleet_model") or {}
@@ -84,21 +101,32 @@ def load_balancer_backends(hosts: Any, hostvars: Any, ports: Any = None, base_po
         members.setdefault(str(model["name"]), []).append(
             {"name": str(host), "address": str(address), "tls": bool(v.get("gateway_tls_cert")),
              "tls_name": str(v.get("gateway_tls_name") or host),
-             "bind": str(v.get("gateway_bind_address") or "0.0.0.0")})  # fmt: skip
-    backends, taken = [], {}
-    for index, model in enumerate(sorted(members)):
-        port = ports.get(model, base_port + index)
-        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-            raise AnsibleFilterError(f"load_balancer_backends: load_balancer_ports[{model!r}]={port!r}: not a port")
-        if port in taken:
-            raise AnsibleFilterError(
-                f"load_balancer_backends: models {taken[port]!r} and {model!r} both on port {port}; "
-                "fix: distinct ports in load_balancer_ports"
-            )
-        taken[port] = model
-        backends.append({"model": model, "backend": f"model_{model}", "port": port,
+             "bind": str(v.get("gateway_bind_address") or "0.0.0.0"),
+             "max_request_bytes": int(v.get("gateway_max_request_bytes") or 65536)})  # fmt: skip
+    backends, taken = [], {endpoint: None}
+    for model in sorted(members):
+        own = ports.get(model)
+        if own is not None:
+            own = _port(own, f"load_balancer_ports[{model!r}]")
+            if own in taken:
+                other = f"model {taken[own]!r}" if taken[own] else "load_balancer_port, the one endpoint of every model"
+                raise AnsibleFilterError(
+                    f"load_balancer_backends: load_balancer_ports[{model!r}]={own} is also {other}; "
+                    "fix: a port of its own for each model in load_balancer_ports, or none (the one endpoint "
+                    "serves every model)"
+                )
+            taken[own] = model
+        backends.append({"model": model, "backend": f"model_{model}", "port": own,
                          "servers": sorted(members[model], key=lambda s: s["name"])})  # fmt: skip
     return backends
+
+
+def load_balancer_frontends(backends: Any, port: Any) -> list[dict[str, Any]]:
+    """The one endpoint (every model, routed by the request's "model"), then each model's own port."""
+    if not isinstance(backends, list):
+        raise AnsibleFilterError("load_balancer_frontends: expected the backends (load_balancer_backends)")
+    fronts = [{"name": "fleet", "port": _port(port, "load_balancer_port"), "backend": ""}]
+    return fronts + [{"name": b["backend"], "port": b["port"], "backend": b["backend"]} for b in backends if b["port"]]
 
 
 def _loopback(host: str) -> bool:
@@ -189,6 +217,25 @@ def _vip_name_problems(cert: str, vip: Any, vip_name: str) -> list[str]:
     return problems
 
 
+def _port_problems(lb: Mapping[str, Any], backends: list) -> list[str]:
+    """The frontends' ports against HAProxy's other listeners (its metrics, its peers)."""
+    fronts = {b["port"]: f"load_balancer_ports[{b['model']!r}]" for b in backends if b.get("port")}
+    fronts[lb.get("load_balancer_port")] = "load_balancer_port (the one endpoint)"
+    others = {"load_balancer_metrics_port": lb.get("load_balancer_metrics_port")}
+    if vip_list(lb.get("load_balancer_vip")):
+        others["load_balancer_peers_port"] = lb.get("load_balancer_peers_port")
+    problems = []
+    for name, value in others.items():
+        try:
+            port = int(value or 0)
+        except (TypeError, ValueError):
+            continue  # the argument specs say what is wrong with it
+        if port and port in fronts:
+            problems.append(f"{name}={port} is also {fronts[port]}: two listeners on one port; fix: another port "
+                            f"for one of them")  # fmt: skip
+    return problems
+
+
 def load_balancer_problems(lb: Any, backends: Any) -> list[str]:
     """What a load balancer must not serve with: TLS half configured, keys in clear on a network."""
     if not isinstance(lb, Mapping) or not isinstance(backends, list):
@@ -209,6 +256,7 @@ def load_balancer_problems(lb: Any, backends: Any) -> list[str]:
                         "(docs/serving-front.md: TLS), or load_balancer_allow_plaintext: true on purpose")  # fmt: skip
     if ca:
         problems += _certificate_problems("load_balancer_gateway_ca", ca)
+    problems += _port_problems(lb, backends)
     for backend in backends:
         for server in backend.get("servers") or []:
             where = f"{server['name']} ({backend['model']})"
@@ -246,12 +294,30 @@ def _whole(value: Any, default: int) -> int:
         raise AnsibleFilterError(f"load_balancer_key_map: {value!r} is not a whole number") from err
 
 
+def _expires(value: Any, where: str) -> int | None:
+    """A key's end (fleet_api_keys[].expires, read as the gateway's key file reads it) as UNIX time."""
+    if value is None or value == "":
+        return None
+    try:
+        return int(datetime.datetime.fromisoformat(key_expiry(value)).timestamp())
+    except ValueError as err:
+        raise AnsibleFilterError(f"load_balancer_key_map: {where}: expires: {err}") from err
+
+
+def _models_answer(models: set[str]) -> str:
+    """GET /v1/models in OpenAI's shape, without spaces (a map value)."""
+    data = [{"id": m, "object": "model", "created": 0, "owned_by": "ftfleet"} for m in sorted(models)]
+    return json.dumps({"object": "list", "data": data}, separators=(",", ":"))
+
+
 def load_balancer_key_map(backends: Any, hostvars: Any, lb_count: Any = 1) -> list[str]:
-    """HAProxy's map of per-key limits (see DOCUMENTATION); never a key, only its SHA-256."""
+    """HAProxy's map of API keys (see DOCUMENTATION); never a key, only its SHA-256."""
     if not isinstance(backends, list):
         raise AnsibleFilterError("load_balancer_key_map: expected the backends (load_balancer_backends)")
     share = max(_whole(lb_count, 1), 1)
     limits: dict[str, tuple[int, int]] = {}
+    usable: dict[str, set[str]] = {}
+    ends: dict[str, int] = {}
     for backend in backends:
         for server in backend["servers"]:
             v = hostvars[server["name"]]
@@ -262,23 +328,32 @@ def load_balancer_key_map(backends: Any, hostvars: Any, lb_count: Any = 1) -> li
                 if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
                     raise AnsibleFilterError(f"load_balancer_key_map: {server['name']}'s API keys must be "
                                              "{name, key, ...} mappings (preflight says which)")  # fmt: skip
+                digest = hashlib.sha256(item["key"].encode()).hexdigest()
+                usable.setdefault(digest, set())
+                end = _expires(item.get("expires"), f"{server['name']}'s key {item.get('name')!r}")
+                if end is not None:  # hosts that disagree: the earlier end
+                    ends[digest] = min(end, ends.get(digest, end))
                 models = item.get("models")
                 if models is not None and backend["model"] not in models:
                     continue
+                usable[digest].add(backend["model"])
                 rate = -(-_whole(item.get("rate_per_minute"), default_rate) // share)
                 most = -(-_whole(item.get("concurrent_requests"), default_most) // share)
-                entry = f"{backend['backend']}:{hashlib.sha256(item['key'].encode()).hexdigest()}"
+                entry = f"{backend['backend']}:{digest}"
                 if entry in limits:  # hosts of one model that disagree: the lower limit
                     old_rate, old_most = limits[entry]
                     rate, most = min(rate, old_rate), min(most or old_most, old_most or most)  # 0: no limit
                 limits[entry] = (rate, most)
-    return [f"{entry} {rate}:{most}" for entry, (rate, most) in sorted(limits.items())]
+    lines = [f"{entry} {rate}:{most}" for entry, (rate, most) in sorted(limits.items())]
+    lines += [f"models:{digest} {_models_answer(models)}" for digest, models in sorted(usable.items())]
+    return lines + [f"expires:{digest} {end}" for digest, end in sorted(ends.items())]
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "load_balancer_backends": load_balancer_backends,
+            "load_balancer_frontends": load_balancer_frontends,
             "load_balancer_problems": load_balancer_problems,
             "tls_certificate_facts": tls_certificate_facts,
             "load_balancer_key_map": load_balancer_key_map,

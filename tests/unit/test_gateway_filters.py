@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 
 import pytest
 from cryptography import x509
@@ -15,7 +16,13 @@ from cryptography.x509.oid import NameOID
 from fleet_inputs import fleet_input_problems, gateway_problems
 from ft_families import AnsibleFilterError
 from gateway import gateway_key_records, gateway_probe_key, gateway_tls_file_problems, key_expiry, model_context_length
-from load_balancer import load_balancer_backends, load_balancer_key_map, load_balancer_problems, tls_certificate_facts
+from load_balancer import (
+    load_balancer_backends,
+    load_balancer_frontends,
+    load_balancer_key_map,
+    load_balancer_problems,
+    tls_certificate_facts,
+)
 from test_fleet_inputs import GOOD
 
 KEY = "ftf-0123456789abcdef"
@@ -152,17 +159,27 @@ HOSTVARS = {
 }
 
 
-def test_one_backend_per_model_with_computed_and_given_ports():
+def test_one_backend_per_model_and_one_endpoint_for_all_with_ports_of_their_own_as_an_option():
     backends = load_balancer_backends(list(HOSTVARS), HOSTVARS, {"tiny": 18500}, 8090)
-    plain = {"tls": False}
+    plain = {"tls": False, "bind": "0.0.0.0", "max_request_bytes": 65536}
     assert backends == [
-        {"model": "llama", "backend": "model_llama", "port": 8090,
-         "servers": [{"name": "n3", "address": "n3:8080", "tls_name": "n3", "bind": "0.0.0.0", **plain}]},
+        {"model": "llama", "backend": "model_llama", "port": None,
+         "servers": [{"name": "n3", "address": "n3:8080", "tls_name": "n3", **plain}]},
         {"model": "tiny", "backend": "model_tiny", "port": 18500,
-         "servers": [{"name": "n1", "address": "127.0.0.1:18080", "tls_name": "n1", "bind": "0.0.0.0", **plain},
-                     {"name": "n2", "address": "gpu-2.example:9090", "tls_name": "n2", "bind": "0.0.0.0",
-                      **plain}]},
+         "servers": [{"name": "n1", "address": "127.0.0.1:18080", "tls_name": "n1", **plain},
+                     {"name": "n2", "address": "gpu-2.example:9090", "tls_name": "n2", **plain}]},
     ]  # fmt: skip
+    # the one endpoint first (it routes: no backend of its own), then tiny's own port; llama has none
+    assert load_balancer_frontends(backends, 8090) == [
+        {"name": "fleet", "port": 8090, "backend": ""},
+        {"name": "model_tiny", "port": 18500, "backend": "model_tiny"},
+    ]
+    assert load_balancer_frontends(load_balancer_backends(list(HOSTVARS), HOSTVARS), 8090) == [
+        {"name": "fleet", "port": 8090, "backend": ""}
+    ]
+    # each gateway's body limit, which the one endpoint's buffers must hold
+    hosts = {"n1": {**HOSTVARS["n1"], "gateway_max_request_bytes": 1048576}}
+    assert load_balancer_backends(list(hosts), hosts)[0]["servers"][0]["max_request_bytes"] == 1048576
 
 
 def _sha(key: str) -> str:
@@ -182,7 +199,7 @@ def test_the_key_map_holds_each_models_keys_by_hash_with_their_share_of_the_limi
     lines = load_balancer_key_map(backends, hosts, 1)
     # tiny: a at the lower default rate of its hosts (n2's 100 under 600) and n1's 64 at once (n2 sets
     # none: no limit, so n1's holds); b its own; c is not for tiny. llama: only c, at n3's default rate.
-    assert lines == sorted([
+    assert [line for line in lines if line.startswith("model_")] == sorted([
         f"model_tiny:{_sha(KEY + 'a')} 100:64", f"model_tiny:{_sha(KEY + 'b')} 21:3",
         f"model_llama:{_sha(KEY + 'c')} 30:0",
     ])  # fmt: skip
@@ -194,6 +211,45 @@ def test_the_key_map_holds_each_models_keys_by_hash_with_their_share_of_the_limi
         load_balancer_key_map(backends, {**hosts, "n1": {**hosts["n1"], "fleet_api_keys": ["ftf-key"]}}, 1)
 
 
+def _listed(lines: list[str], key: str) -> list[str] | None:
+    """The model ids of the one endpoint's GET /v1/models answer for a key, None if it has none."""
+    for line in lines:
+        entry, _, value = line.partition(" ")
+        if entry == f"models:{_sha(key)}":
+            assert " " not in value  # one word: HAProxy's map value
+            answer = json.loads(value)
+            assert answer["object"] == "list"
+            assert all(m["object"] == "model" for m in answer["data"])
+            return [m["id"] for m in answer["data"]]
+    return None
+
+
+def test_the_key_map_lists_each_keys_models_for_the_one_endpoint_and_its_end():
+    keys = [{"name": "all", "key": KEY + "a"},
+            {"name": "tiny-only", "key": KEY + "t", "models": ["tiny"], "expires": "2027-01-31T18:00:00+01:00"},
+            {"name": "none-served", "key": KEY + "n", "models": ["gone"]}]  # fmt: skip
+    hosts = {
+        "n1": {"fleet_model": {"name": "tiny"}, "fleet_api_keys": keys},
+        "n3": {"fleet_model": {"name": "llama"}, "fleet_api_keys": keys[:1]},
+        "n4": {"fleet_model": {"name": "llama"}, "fleet_api_keys": [{**keys[0], "expires": "2027-06-01"}]},
+    }
+    lines = load_balancer_key_map(load_balancer_backends(list(hosts), hosts), hosts, 2)
+    assert _listed(lines, KEY + "a") == ["llama", "tiny"]
+    assert _listed(lines, KEY + "t") == ["tiny"]
+    assert _listed(lines, KEY + "n") == []  # a key the hosts take, for no model served: valid, lists nothing
+    assert _listed(lines, "ftf-nobody") is None  # no line: the endpoint says invalid_api_key
+    ends = dict(line.split(" ") for line in lines if line.startswith("expires:"))
+    # 17:00 UTC; where hosts disagree (n4 ends "all" on 2027-06-01, the others never) the end holds
+    assert ends == {f"expires:{_sha(KEY + 't')}": str(int(datetime.datetime(2027, 1, 31, 17, tzinfo=datetime.UTC)
+                                                          .timestamp())),
+                    f"expires:{_sha(KEY + 'a')}": str(int(datetime.datetime(2027, 6, 1, tzinfo=datetime.UTC)
+                                                          .timestamp()))}  # fmt: skip
+    assert not any(KEY in line for line in lines)
+    bad = {"n1": {"fleet_model": {"name": "tiny"}, "fleet_api_keys": [{**keys[0], "expires": "2027-01-31T18:00"}]}}
+    with pytest.raises(AnsibleFilterError, match=r"n1's key 'all': expires: .*no time zone"):
+        load_balancer_key_map(load_balancer_backends(["n1"], bad), bad)
+
+
 def test_a_gateway_with_a_certificate_is_a_tls_server_verified_by_its_name():
     hosts = {
         "n1": {"fleet_model": {"name": "tiny"}, "gateway_tls_cert": "/etc/ftfleet/tls/gateway.crt"},
@@ -203,11 +259,31 @@ def test_a_gateway_with_a_certificate_is_a_tls_server_verified_by_its_name():
     assert [(s["tls"], s["tls_name"]) for s in servers] == [(True, "n1"), (True, "gw2.example")]
 
 
-def test_two_models_on_one_port_are_refused():
-    with pytest.raises(AnsibleFilterError, match="models 'llama' and 'tiny' both on port 8090"):
+def test_two_models_on_one_port_or_a_model_on_the_one_endpoints_port_are_refused():
+    with pytest.raises(AnsibleFilterError, match="load_balancer_ports\\['tiny'\\]=8091 is also model 'llama'"):
+        load_balancer_backends(list(HOSTVARS), HOSTVARS, {"tiny": 8091, "llama": 8091}, 8090)
+    with pytest.raises(AnsibleFilterError, match="=8090 is also load_balancer_port, the one endpoint"):
         load_balancer_backends(list(HOSTVARS), HOSTVARS, {"tiny": 8090}, 8090)
     with pytest.raises(AnsibleFilterError, match="not a port"):
         load_balancer_backends(list(HOSTVARS), HOSTVARS, {"tiny": 0}, 8090)
+    with pytest.raises(AnsibleFilterError, match="load_balancer_port=70000: not a port"):
+        load_balancer_backends(list(HOSTVARS), HOSTVARS, {}, 70000)
+
+
+def test_the_metrics_or_peers_port_on_a_frontends_port_is_a_problem():
+    lab = {"load_balancer_bind_address": "127.0.0.1", "load_balancer_port": 18500, "load_balancer_metrics_port": 18405}
+    backends = [{**_backends(False, "127.0.0.1:18080")[0], "port": 18501}]
+    assert load_balancer_problems(lab, backends) == []
+    clash = load_balancer_problems({**lab, "load_balancer_metrics_port": 18500}, backends)
+    assert clash == ["load_balancer_metrics_port=18500 is also load_balancer_port (the one endpoint): two listeners "
+                     "on one port; fix: another port for one of them"]  # fmt: skip
+    assert "is also load_balancer_ports['m']" in load_balancer_problems({**lab, "load_balancer_metrics_port": 18501},
+                                                                       backends)[0]  # fmt: skip
+    # the peers' port matters only where the load balancers share a virtual address
+    peers = {**lab, "load_balancer_peers_port": 18500}
+    assert load_balancer_problems(peers, backends) == []
+    vip = {**peers, "load_balancer_vip": "127.0.0.100/8"}
+    assert load_balancer_problems(vip, backends)[0].startswith("load_balancer_peers_port=18500 is also")
 
 
 def _pair(name: str, days: float = 30, issuer: tuple | None = None) -> tuple[str, str]:
