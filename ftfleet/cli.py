@@ -196,17 +196,26 @@ def status_table(run_dir: Path) -> tuple[Table, list[dict[str, Any]]]:
         if event.get("event") == "runner_on_ok" and "fleet_status_report" in facts:
             rows.append({"host": event["event_data"]["host"], **facts["fleet_status_report"]})
     table = Table(title="Fleet status", title_justify="left")
-    for column in ("host", "model", "commit", "tp", "GPUs", "image", "unit", "health", "req/s", "latency ms",
-                   "TLS days"):  # fmt: skip
+    for column in ("host", "model", "commit", "tp", "GPUs", "free GPUs", "image", "unit", "health", "req/s",
+                   "latency ms", "TLS days"):  # fmt: skip
         table.add_column(column)
     for row in sorted(rows, key=lambda r: r["host"]):
         unit = f"{row['unit']}/{row.get('enabled', '')}" if row.get("unit") else ""
         table.add_row(row["host"], row.get("model", ""), (row.get("commit") or "")[:12], str(row.get("tp", "")),
-                      ",".join(map(str, row.get("gpus") or [])), row.get("image", ""), unit, row.get("health", ""),
+                      ",".join(map(str, row.get("gpus") or [])), free_gpus(row), row.get("image", ""), unit,
+                      row.get("health", ""),
                       "-" if row.get("requests_per_second") is None else str(row["requests_per_second"]),
                       "-" if row.get("latency_ms") is None else str(row["latency_ms"]),
                       tls_days(row.get("tls_days_left")))  # fmt: skip
     return table, rows
+
+
+def free_gpus(row: dict[str, Any]) -> str:
+    """The host's GPUs that no model holds, "of" its count: "2,3 of 4", "none of 8", "" unknown."""
+    if row.get("gpus_total") is None:
+        return ""
+    free = row.get("gpus_free") or []
+    return f"{','.join(map(str, free)) if free else 'none'} of {row['gpus_total']}"
 
 
 def tls_days(days: Any) -> str:

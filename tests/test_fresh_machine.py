@@ -445,6 +445,8 @@ def status_shows_both_hosts_serving() -> None:
         assert len(row["commit"]) == 40
         assert row["image"], row
         assert row["requests_per_second"] is not None, row  # the metrics endpoint answered
+        # the GPUs the model holds, and the host's own from its gpus fact: the lab's hosts have none
+        assert (row["gpus"], row["gpus_total"], row["gpus_free"]) == (list(range(tp)), 0, []), row
 
 
 def plan_previews_a_gpu_change_without_changing_it() -> None:

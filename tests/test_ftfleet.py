@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -294,6 +295,47 @@ def test_the_status_play_reports_a_plain_load_balancer(tmp_path):
              if line.startswith("ok: [lb-x] => {") and "fleet_status_report" in line]  # fmt: skip
     assert [f["ansible_facts"]["fleet_status_report"] for f in facts] == [
         {"model": "load balancer", "health": "plain HTTP", "tls_days_left": None}], out[-3000:]  # fmt: skip
+
+
+def test_the_status_play_shows_the_gpus_a_model_holds_and_those_left_free(tmp_path):
+    """playbooks/status.yml on a serving host with four L40S (the recorded nvidia-smi, read by the
+    real gpus fact) whose model holds GPUs 0 and 1, as inventories/prod's gpu-l40s-04: the report
+    and ftfleet status's table say 2 and 3 are free; a host without the fact says nothing of them."""
+    from ftfleet import cli  # noqa: PLC0415
+
+    facts = tmp_path / "facts.d"
+    facts.mkdir()
+    shutil.copy(ROOT / "roles" / "gpu_facts" / "files" / "gpus.fact", facts / "gpus.fact")
+    (facts / "gpus.fact").chmod(0o755)  # as role gpu_facts installs it: Ansible runs it
+    (facts / "gpus.json").write_text(json.dumps({"nvidia_smi": str(ROOT / "tests/fixtures/gpus/l40sx4/nvidia-smi"),
+                                                 "sysfs": str(tmp_path / "no-sysfs")}))  # fmt: skip
+    host = {"ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
+            "fleet_model": {"name": "m"}, "fleet_gpu_devices": [0, 1], "fleet_tensor_para_size": 2,
+            "fleet_status_interval": 0, "fleet_status_http_port": 1, "fleet_status_metrics_port": 1,
+            "fleet_data_root": str(tmp_path / "data")}  # fmt: skip
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": {
+        "gpu-x": {**host, "fleet_status_fact_path": str(facts)},
+        "gpu-y": {**host, "fleet_status_fact_path": str(tmp_path / "none.d")}}}}}}))  # fmt: skip
+    done = run_playbook("playbooks/status.yml", "-i", inventory, "-v", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    reports = {
+        line.split("]", 1)[0][5:]: json.loads(line.split("=> ", 1)[1])["ansible_facts"]["fleet_status_report"]
+        for line in done.stdout.splitlines()
+        if line.startswith("ok: [") and "fleet_status_report" in line
+    }
+    assert {h: (r["gpus"], r["gpus_total"], r["gpus_free"]) for h, r in reports.items()} == {
+        "gpu-x": ([0, 1], 4, [2, 3]), "gpu-y": ([0, 1], None, None)}, out[-3000:]  # fmt: skip
+    events = tmp_path / "artifacts" / "ansible" / "job_events"
+    events.mkdir(parents=True)
+    for i, (name, report) in enumerate(reports.items()):
+        (events / f"{i}.json").write_text(json.dumps({"event": "runner_on_ok", "event_data": {
+            "host": name, "res": {"ansible_facts": {"fleet_status_report": report}}}}))  # fmt: skip
+    table, _ = cli.status_table(tmp_path)
+    column = [c.header for c in table.columns].index("free GPUs")
+    assert list(table.columns[column]._cells) == ["2,3 of 4", ""]
+    assert cli.free_gpus({"gpus_total": 8, "gpus_free": []}) == "none of 8"
 
 
 def test_a_canarys_verdict_and_rollback_time_come_from_its_events():
