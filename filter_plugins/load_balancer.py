@@ -217,19 +217,24 @@ def _vip_name_problems(cert: str, vip: Any, vip_name: str) -> list[str]:
     return problems
 
 
+def _port_number(value: Any) -> int:
+    """A port as a number, 0 where there is none or it is not a number (the argument specs say so)."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _port_problems(lb: Mapping[str, Any], backends: list) -> list[str]:
     """The frontends' ports against HAProxy's other listeners (its metrics, its peers)."""
-    fronts = {b["port"]: f"load_balancer_ports[{b['model']!r}]" for b in backends if b.get("port")}
-    fronts[lb.get("load_balancer_port")] = "load_balancer_port (the one endpoint)"
+    fronts = {_port_number(b["port"]): f"load_balancer_ports[{b['model']!r}]" for b in backends if b.get("port")}
+    fronts[_port_number(lb.get("load_balancer_port"))] = "load_balancer_port (the one endpoint)"
     others = {"load_balancer_metrics_port": lb.get("load_balancer_metrics_port")}
     if vip_list(lb.get("load_balancer_vip")):
         others["load_balancer_peers_port"] = lb.get("load_balancer_peers_port")
     problems = []
     for name, value in others.items():
-        try:
-            port = int(value or 0)
-        except (TypeError, ValueError):
-            continue  # the argument specs say what is wrong with it
+        port = _port_number(value)
         if port and port in fronts:
             problems.append(f"{name}={port} is also {fronts[port]}: two listeners on one port; fix: another port "
                             f"for one of them")  # fmt: skip

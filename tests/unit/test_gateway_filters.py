@@ -277,6 +277,9 @@ def test_the_metrics_or_peers_port_on_a_frontends_port_is_a_problem():
     clash = load_balancer_problems({**lab, "load_balancer_metrics_port": 18500}, backends)
     assert clash == ["load_balancer_metrics_port=18500 is also load_balancer_port (the one endpoint): two listeners "
                      "on one port; fix: another port for one of them"]  # fmt: skip
+    # the same clash where a value comes as text (an inventory's quoted number)
+    assert load_balancer_problems({**lab, "load_balancer_port": "18500", "load_balancer_metrics_port": "18500"},
+                                  backends) == clash  # fmt: skip
     assert "is also load_balancer_ports['m']" in load_balancer_problems({**lab, "load_balancer_metrics_port": 18501},
                                                                        backends)[0]  # fmt: skip
     # the peers' port matters only where the load balancers share a virtual address
