@@ -51,6 +51,13 @@ options:
   make:
     description: The word for making it here (build, convert, tune).
     type: str
+  place:
+    description: >-
+      The variable that names the machine a host runs on (fleet_machine). Hosts with the same
+      artifact on one machine (several models on one host, docs/placement.md) share it: the first
+      of them in play order takes part in the election, and each other gets C(mate) with that host
+      as C(source) (it does nothing: the artifact is on its machine once that host is done).
+    type: str
 """
 
 EXAMPLES = r"""
@@ -68,7 +75,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: "host -> {plan: have|push|<make>|pull|wait, source: the host the others wait for, or ''}"
+  description: "host -> {plan: have|push|<make>|pull|wait|mate, source: the host the others wait for, or ''}"
   type: dict
 """
 
@@ -88,16 +95,23 @@ def fleet_artifact_plans(
     in_registry: str = "",
     registry: bool = False,
     make: str = "make",
+    place: str = "",
 ) -> dict[str, dict[str, str]]:
     registry = _true(registry)
     peers: dict[Any, list[tuple[str, bool, bool]]] = {}  # artifact -> [(host, has it, registry has it)]
+    plans = {}
+    firsts: dict[tuple[str, str], str] = {}  # (artifact, machine) -> the first host there
     for host in dict.fromkeys(hosts):
         facts = hostvars[host]  # each host's variables once: a lookup templates that host's variables
         if key not in facts:
             continue
+        artifact = str(facts[key])
+        first = firsts.setdefault((artifact, str(facts.get(place) or host) if place else host), host)
+        if first != host:  # another model's host on this machine makes or takes it
+            plans[host] = {"plan": "mate", "source": first}
+            continue
         found = registry and in_registry and _true(facts.get(in_registry, False))
-        peers.setdefault(str(facts[key]), []).append((host, _true(facts.get(have, False)), found))
-    plans = {}
+        peers.setdefault(artifact, []).append((host, _true(facts.get(have, False)), found))
     for group in peers.values():
         holders = [host for host, held, _ in group if held]
         pusher = holders[0] if holders else ""

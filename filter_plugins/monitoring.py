@@ -137,6 +137,11 @@ def _flag(value: Any, default: bool) -> bool:
     return bool(value)
 
 
+def _model_name(v: Mapping) -> str:
+    model = v.get("fleet_model") or {}
+    return str(model.get("name")) if isinstance(model, Mapping) and model.get("name") else ""
+
+
 def _address(host: str, v: Mapping, job: str, ports: Mapping) -> str:
     targets = v.get("monitoring_targets") or {}
     if not isinstance(targets, Mapping):
@@ -153,6 +158,38 @@ def _address(host: str, v: Mapping, job: str, ports: Mapping) -> str:
     return f"{v.get('ansible_host') or host}:{port}"
 
 
+def _gpu_host_targets(groups: Mapping, hostvars: Any, add, tls: dict, ca_file: str) -> tuple[set, dict]:
+    """Each GPU host's gateway and tritonserver, and each machine's DCGM exporter once: another
+    model on a machine (fleet_machine) leaves the machine's exporters to the machine's host, whose
+    DCGM series then get each GPU's model (_gpu_model_relabels). Returns those hosts and, per
+    machine with several models, each model's GPUs."""
+    slots = set()  # other models on a machine (fleet_machine): the machine's host runs its exporters
+    gpu_models: dict[str, dict[str, list]] = {}  # machine -> model -> its GPUs, where it has several models
+    machines = []
+    for host in _members(groups, "gpu_hosts"):
+        v = hostvars[host]  # each host's variables once
+        name = _model_name(v)
+        labels = {"model": name} if name else {}
+        if str(v.get("fleet_machine") or host) != host:
+            slots.add(host)
+            gpu_models.setdefault(str(v["fleet_machine"]), {})[name] = list(v.get("fleet_gpu_devices") or [])
+        elif _flag(v.get("dcgm_exporter_enabled"), _flag(v.get("fleet_require_gpus"), True)):
+            machines.append((host, name, list(v.get("fleet_gpu_devices") or [])))
+        if name and _flag(v.get("fleet_gateway"), True):
+            add("gateway", host, labels)
+            if v.get("gateway_tls_cert"):
+                tls[host] = {"ca_file": ca_file, "server_name": str(v.get("gateway_tls_name") or host)}
+        if name:
+            add("triton", host, labels)
+    for host, name, gpus in machines:
+        if host in gpu_models:  # several models: each GPU's series gets its model (_gpu_model_relabels)
+            gpu_models[host][name] = gpus
+            add("dcgm", host)
+        else:
+            add("dcgm", host, {"model": name} if name else {})
+    return slots, gpu_models
+
+
 def monitoring_scrape_configs(groups: Any, hostvars: Any, ports: Any, ca_file: str = "") -> list[dict]:
     if not isinstance(groups, Mapping):
         raise AnsibleFilterError(f"monitoring_scrape_configs: expected groups (a mapping), got {type(groups).__name__}")
@@ -164,22 +201,11 @@ def monitoring_scrape_configs(groups: Any, hostvars: Any, ports: Any, ca_file: s
         v = hostvars[host]
         jobs[job].append({"targets": [_address(host, v, job, ports)], "labels": {"instance": host, **(labels or {})}})
 
-    for host in _members(groups, "gpu_hosts"):
-        v = hostvars[host]
-        model = v.get("fleet_model") or {}
-        name = str(model.get("name")) if isinstance(model, Mapping) and model.get("name") else ""
-        labels = {"model": name} if name else {}
-        if name and _flag(v.get("fleet_gateway"), True):
-            add("gateway", host, labels)
-            if v.get("gateway_tls_cert"):
-                tls[host] = {"ca_file": ca_file, "server_name": str(v.get("gateway_tls_name") or host)}
-        if name:
-            add("triton", host, labels)
-        if _flag(v.get("dcgm_exporter_enabled"), _flag(v.get("fleet_require_gpus"), True)):
-            add("dcgm", host, labels)
+    slots, gpu_models = _gpu_host_targets(groups, hostvars, add, tls, ca_file)
     everyone = _members(groups, "gpu_hosts") + _members(groups, "lb_hosts") + _members(groups, "monitoring_hosts")
     for host in dict.fromkeys(everyone):
-        add("node", host)
+        if host not in slots:
+            add("node", host)
     for host in _members(groups, "lb_hosts"):
         add("haproxy", host)
     for host in _members(groups, "monitoring_hosts"):
@@ -190,9 +216,25 @@ def monitoring_scrape_configs(groups: Any, hostvars: Any, ports: Any, ca_file: s
     for job, targets in jobs.items():
         if job == "gateway" and tls:
             configs += _gateway_jobs(targets, tls, ca_file)
+        elif job == "dcgm" and targets and gpu_models:
+            relabels = _gpu_model_relabels(gpu_models)
+            configs.append({"job_name": job, "static_configs": targets, "metric_relabel_configs": relabels})
         elif targets:
             configs.append({"job_name": job, "static_configs": targets})
     return configs
+
+
+def _gpu_model_relabels(gpu_models: Mapping[str, Mapping[str, list]]) -> list[dict]:
+    """On a machine with several models, one DCGM exporter reports every GPU: each series gets
+    the model of its GPU (label gpu, the index) from the machine's placement."""
+    rules = []
+    for machine, models in gpu_models.items():
+        for model, gpus in models.items():
+            indices = "|".join(str(int(g)) for g in gpus if str(g).strip().isdigit())
+            if model and indices:
+                rules.append({"source_labels": ["instance", "gpu"], "regex": f"{re.escape(machine)};({indices})",
+                              "target_label": "model", "replacement": model})  # fmt: skip
+    return rules
 
 
 def _gateway_jobs(targets: list[dict], tls: dict[str, dict], ca_file: str) -> list[dict]:

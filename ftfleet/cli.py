@@ -195,6 +195,7 @@ def status_table(run_dir: Path) -> tuple[Table, list[dict[str, Any]]]:
         facts = ((event.get("event_data") or {}).get("res") or {}).get("ansible_facts") or {}
         if event.get("event") == "runner_on_ok" and "fleet_status_report" in facts:
             rows.append({"host": event["event_data"]["host"], **facts["fleet_status_report"]})
+    machine_free(rows)
     table = Table(title="Fleet status", title_justify="left")
     for column in ("host", "model", "commit", "tp", "GPUs", "free GPUs", "image", "unit", "health", "req/s",
                    "latency ms", "TLS days"):  # fmt: skip
@@ -208,6 +209,18 @@ def status_table(run_dir: Path) -> tuple[Table, list[dict[str, Any]]]:
                       "-" if row.get("latency_ms") is None else str(row["latency_ms"]),
                       tls_days(row.get("tls_days_left")))  # fmt: skip
     return table, rows
+
+
+def machine_free(rows: list[dict[str, Any]]) -> None:
+    """Each row's free GPUs on its machine: several models on one machine (fleet_machine) each
+    report the GPUs their own model leaves; free are those that none of them holds."""
+    held: dict[str, set[int]] = {}
+    for row in rows:
+        held.setdefault(row.get("machine") or row["host"], set()).update(row.get("gpus") or [])
+    for row in rows:
+        if row.get("gpus_free") is not None:
+            gpus = set(row["gpus_free"]) | set(row.get("gpus") or [])
+            row["gpus_free"] = sorted(gpus - held[row.get("machine") or row["host"]])
 
 
 def free_gpus(row: dict[str, Any]) -> str:

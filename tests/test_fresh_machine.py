@@ -92,19 +92,21 @@ def progress(out: str) -> str:
     return "\n".join(line for line in out.splitlines() if re.match(r"\d\d:\d\d:\d\d ", line))
 
 
-def completion(out: str) -> str:
-    """The line `make lab` prints after its 'completion through the ensemble' heading."""
+def completion(out: str, model: str = "tiny-gpt2") -> str:
+    """The line `make lab` prints for a model after its 'completion through the ensemble' heading:
+    tiny-gpt2's first, then (after a line that names it) tiny-neox's."""
     lines = out.splitlines()
     heading = max(i for i, line in enumerate(lines) if "completion through HAProxy and the gateways" in line)
-    return lines[heading + 1]
+    return lines[heading + {"tiny-gpt2": 1, "tiny-neox": 3}[model]]
 
 
-def reference(tmp_path: Path) -> str:
-    """transformers' greedy generate() on the model the lab made and served."""
-    subprocess.run(["docker", "cp", f"{FRESH}:{SOURCES}/tiny-gpt2.git", str(tmp_path / "bare.git")], check=True)
-    checkout = tmp_path / "tiny-gpt2"
+def reference(tmp_path: Path, model: str = "tiny-gpt2") -> str:
+    """transformers' greedy generate() on a model the lab made and served."""
+    bare = tmp_path / f"{model}-bare.git"
+    subprocess.run(["docker", "cp", f"{FRESH}:{SOURCES}/{model}.git", str(bare)], check=True)
+    checkout = tmp_path / model
     env = {**os.environ, "HOME": str(tmp_path)}
-    subprocess.run(["git", "clone", "-q", f"file://{tmp_path}/bare.git", str(checkout)], env=env, check=True)
+    subprocess.run(["git", "clone", "-q", f"file://{bare}", str(checkout)], env=env, check=True)
     return greedy_completion(checkout, PROMPT, TOKENS)
 
 
@@ -157,12 +159,15 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     # make lab runs `ftfleet apply`: its report, counted from ansible-runner's events.
     applied = report("apply")
     assert applied["result"] == "ok", applied
-    assert set(applied["hosts"]) == {"lab-node1", "lab-node2", "lab-lb"}
+    assert set(applied["hosts"]) == {"lab-node1", "lab-node2", "neox.lab-node1", "lab-lb"}
     assert all(h["failed"] == 0 and not h["unreachable"] for h in applied["hosts"].values()), applied["hosts"]
     stages = ["preflight", "gpu_hosts", "images", "models", "serve", "monitoring"]
     lb_stages = ["preflight", "serve", "monitoring"]
+    # lab-node1's second model leaves the machine's stages (gpu_hosts, the exporters) to lab-node1
+    slot_stages = ["preflight", "images", "models", "serve"]
     assert {host: list(row) for host, row in applied["changed"].items()} == {
-        "lab-node1": stages, "lab-node2": stages, "lab-lb": lb_stages}, applied["changed"]  # fmt: skip
+        "lab-node1": stages, "lab-node2": stages, "neox.lab-node1": slot_stages, "lab-lb": lb_stages,
+    }, applied["changed"]  # fmt: skip
     # The GPU-only roles say that they skip (ftfleet prints what the roles say).
     for role in ("nvidia_driver", "nvidia_container_toolkit", "ft_gemm_tune"):
         assert re.search(rf"{role}: lab-node1 has no", out), f"{role} did not announce its skip"
@@ -171,6 +176,11 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     assert served == reference(tmp_path), out[-3000:]
     assert served.startswith(PROMPT)
     assert_words(served[len(PROMPT) :], corpus)
+    # The second model on lab-node1 (a GPT-NeoX, through its own tritonserver on GPU 1) answers
+    # through the same endpoint as transformers does.
+    neox = completion(out, "tiny-neox")
+    print(f"make lab printed for tiny-neox: {neox!r}")
+    assert neox == reference(tmp_path, "tiny-neox"), out[-3000:]
 
     second, took = inside("make lab", timeout=900)
     out = second.stdout + second.stderr
@@ -179,9 +189,11 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     again = report("apply")
     assert again["run_dir"] != applied["run_dir"]
     unchanged = {"lab-node1": dict.fromkeys(stages, 0), "lab-node2": dict.fromkeys(stages, 0),
+                 "neox.lab-node1": dict.fromkeys(slot_stages, 0),
                  "lab-lb": {"preflight": 0, "serve": 0, "monitoring": 0}}  # fmt: skip
     assert again["changed"] == unchanged, again
     assert completion(out) == served
+    assert completion(out, "tiny-neox") == neox
 
     the_front_wants_a_key_and_streams_the_same_text()
     a_keys_limits_hold_over_both_hosts_and_its_scope_and_expiry_are_kept()
@@ -373,9 +385,12 @@ CANARY_ROLLOUT = [
 
 
 def a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_what_it_must(stages) -> None:
-    """A config change, applied to the stages it touches (models, serve), restarts both hosts one
-    after the other while 4 clients send completions through HAProxy: each host is drained first
-    and put back after its gates, so none fails; and each host changed exactly its config, its
+    """A config change of tiny-gpt2 (the run limited to its group and the load balancer), applied
+    to the stages it touches (models, serve), restarts both its hosts one after the other while 4
+    clients send tiny-gpt2 completions through HAProxy and 2 more send tiny-neox completions: each
+    host is drained first and put back after its gates, so none fails, and restarting tiny-gpt2 on
+    lab-node1 leaves the machine's other model, tiny-neox, serving (docs/placement.md); and each
+    host changed exactly its config, its
     unit and its restart (molecule/site checks that a change of one host restarts that host
     alone). A model repository change is a canary's change: lab-node1 goes first and passes its
     judgement (the lab's 30 s window), then lab-node2 follows. Each client waits a second
@@ -385,26 +400,36 @@ def a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_wh
     OpenBLAS spinning, ~20 ms a request since the serving image sets OPENBLAS_NUM_THREADS=1)."""
     stop = "/tmp/ftfleet-stop-load"
     inside(f"rm -f {stop}")
-    load = subprocess.Popen(
-        ["docker", "exec", "-w", PROJECT, FRESH, ".venv/bin/python", "scripts/ftfleet-load", "--key", KEY,
-         "--model", "tiny-gpt2", "--clients", "4", "--interval", "1", "--seconds", "900", "--max-requests", "6000",
-         "--until", stop],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    loads = {
+        model: subprocess.Popen(
+            ["docker", "exec", "-w", PROJECT, FRESH, ".venv/bin/python", "scripts/ftfleet-load", "--key", KEY,
+             "--model", model, "--clients", str(clients), "--interval", "1", "--seconds", "900",
+             "--max-requests", "6000", "--until", stop],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for model, clients in (("tiny-gpt2", 4), ("tiny-neox", 2))
+    }  # fmt: skip
     try:
         time.sleep(3)
-        # The stages a model's settings touch (docs/operations.md: --tags STAGE); preflight always runs.
-        done, took = ftfleet("apply", "-t", "models,serve", "-e", '{"triton_model_repo_max_batch_size": 32}')
+        # The stages a model's settings touch (docs/operations.md: --tags STAGE); preflight always
+        # runs. The change is tiny-gpt2's: its group and the load balancer (extra vars reach every host).
+        done, took = ftfleet("apply", "-t", "models,serve", "-l", "lab_tiny:lb_hosts",
+                             "-e", '{"triton_model_repo_max_batch_size": 32}')  # fmt: skip
         assert done.returncode == 0, done.stdout[-6000:]
         time.sleep(3)
     finally:
         inside(f"touch {stop}")
-        out, err = load.communicate(timeout=180)
-    result = json.loads(out.strip().splitlines()[-1])
+        answers = {model: load.communicate(timeout=180) for model, load in loads.items()}
+    results = {model: json.loads(out.strip().splitlines()[-1]) for model, (out, _) in answers.items()}
+    result, neox = results["tiny-gpt2"], results["tiny-neox"]
     print(
         f"rollout over both hosts in {took:.0f} s under load: {result['requests']} requests, "
-        f"{result['failed']} failed ({result})"
+        f"{result['failed']} failed ({result}); on lab-node1's other model, tiny-neox: {neox['requests']} requests, "
+        f"{neox['failed']} failed ({neox})"
     )
+    err = answers["tiny-gpt2"][1]
+    assert neox["failed"] == 0, (neox, answers["tiny-neox"][1])
+    assert neox["requests"] >= 25, neox
     changed = report("apply")
     restarted = [c["host"] for c in changed["changes"] if c["task"] == "Restart tritonserver"]
     assert restarted == ["lab-node1", "lab-node2"], restarted  # one after the other
@@ -435,39 +460,45 @@ def status_shows_both_hosts_serving() -> None:
     done, _ = ftfleet("status", "--interval", "1")
     assert done.returncode == 0, done.stdout[-4000:]
     rows = {row["host"]: row for row in report("status")["status"]}
-    assert set(rows) == {"lab-node1", "lab-node2", "lab-lb"}
+    assert set(rows) == {"lab-node1", "lab-node2", "neox.lab-node1", "lab-lb"}
     # The lab's load balancer listens on loopback only, in plain HTTP: no certificate to count down.
     assert (rows["lab-lb"]["model"], rows["lab-lb"]["health"], rows["lab-lb"]["tls_days_left"]) == (
         "load balancer", "plain HTTP", None), rows["lab-lb"]  # fmt: skip
-    for host, tp in (("lab-node1", 1), ("lab-node2", 2)):
+    for host, model, gpus, machine in (("lab-node1", "tiny-gpt2", [0], "lab-node1"),
+                                       ("lab-node2", "tiny-gpt2", [0, 1], "lab-node2"),
+                                       ("neox.lab-node1", "tiny-neox", [1], "lab-node1")):  # fmt: skip
         row = rows[host]
-        assert (row["model"], row["tp"], row["unit"], row["health"]) == ("tiny-gpt2", tp, "active", "ready"), row
+        assert (row["model"], row["tp"], row["unit"], row["health"]) == (model, len(gpus), "active", "ready"), row
         assert len(row["commit"]) == 40
         assert row["image"], row
         assert row["requests_per_second"] is not None, row  # the metrics endpoint answered
-        # the GPUs the model holds, and the host's own from its gpus fact: the lab's hosts have none
-        assert (row["gpus"], row["gpus_total"], row["gpus_free"]) == (list(range(tp)), 0, []), row
+        # the GPUs the model holds, its machine, and the machine's own GPUs from its gpus fact: the
+        # lab's hosts have none
+        assert (row["gpus"], row["machine"], row["gpus_total"], row["gpus_free"]) == (gpus, machine, 0, []), row
 
 
 def plan_previews_a_gpu_change_without_changing_it() -> None:
-    """Check mode previews a GPU change on one host, changes nothing, and the gate still runs."""
-    preview, _ = ftfleet("plan", "--diffs", "--limit", "lab-node1", "-e", '{"fleet_gpu_devices": [0, 1]}')
+    """Check mode previews a GPU change on one host, changes nothing, and the gate still runs.
+    lab-node2 (a machine with one model) goes from tp 2 to 4; extra vars reach every host, and
+    the same GPUs on lab-node1 and its second model clash, which preflight says on those hosts
+    only (they are not in this run; a run that took them would stop)."""
+    preview, _ = ftfleet("plan", "--diffs", "--limit", "lab-node2", "-e", '{"fleet_gpu_devices": [0, 1, 2, 3]}')
     out = preview.stdout + preview.stderr
     assert preview.returncode == 0, out[-6000:]
     planned = report("plan")
-    assert set(planned["changed"]) == {"lab-node1"}
+    assert set(planned["changed"]) == {"lab-node2"}
     # config.pbtxt and the unit would change (the conversion is announced: check mode converts nothing)
-    assert planned["changed"]["lab-node1"]["models"] >= 1, planned["changed"]
-    assert planned["changed"]["lab-node1"]["serve"] >= 1, planned["changed"]
-    assert "fastertransformer/1/2-gpu would be converted" in " ".join(out.split())
-    assert '+parameters { key: "tensor_para_size" value: { string_value: "2" } }' in out
-    assert "+    --label=ftfleet.gpus=0,1" in out
-    assert "lab-node1 gateway answers" in out  # the gate asked through the front
-    # the rollout it would make: lab-node1 alone, timed by the rollout's apply above
+    assert planned["changed"]["lab-node2"]["models"] >= 1, planned["changed"]
+    assert planned["changed"]["lab-node2"]["serve"] >= 1, planned["changed"]
+    assert "fastertransformer/1/4-gpu would be converted" in " ".join(out.split())
+    assert '+parameters { key: "tensor_para_size" value: { string_value: "4" } }' in out
+    assert "+    --label=ftfleet.gpus=0,1,2,3" in out
+    assert "lab-node2 gateway answers" in out  # the gate asked through the front
+    # the rollout it would make: lab-node2 alone, timed by the rollout's apply above
     said = " ".join(out.split())
     assert "serve: 1 host(s) restart in 1 of 1 batch(es) of 1 host(s) (fleet_serve_serial=1); about" in said, said
     served_config = "/srv/ftfleet/models/tiny-gpt2/fastertransformer/config.pbtxt"
-    still, _ = inside(f"docker exec lab-node1 grep -c '/fastertransformer/1/1-gpu\"' {served_config}")
+    still, _ = inside(f"docker exec lab-node2 grep -c '/fastertransformer/1/2-gpu\"' {served_config}")
     assert still.stdout.strip() == "1", "check mode changed the served config.pbtxt"
 
 
@@ -487,8 +518,20 @@ print(json.dumps(seen))
 """
 
 
+# Each GPU's DCGM series and the model that holds it (on lab-node1, two models: placement's relabelling).
+GPU_MODELS_CHECK = r"""
+import json, urllib.parse, urllib.request
+query = urllib.parse.quote("count by (instance, gpu, model) (DCGM_FI_DEV_GPU_UTIL)")
+with urllib.request.urlopen("http://127.0.0.1:19090/api/v1/query?query=" + query, timeout=10) as answer:
+    found = json.load(answer)["data"]["result"]
+print(json.dumps(sorted([r["metric"]["instance"], r["metric"]["gpu"], r["metric"].get("model")] for r in found)))
+"""
+
+
 def prometheus_scrapes_every_layer_of_the_lab() -> None:
-    """Prometheus on lab-lb scrapes all 12 targets of the lab, every layer of every host, up. The
+    """Prometheus on lab-lb scrapes all 14 targets of the lab, every layer of every host, up (the
+    machine's exporters once, each model's gateway and tritonserver), and each of lab-node1's GPUs
+    carries the model that holds it. The
     load in the recording rules, an alert firing and resolving, and `ftfleet report` are checked
     on the production-shaped fleet (molecule/site, Prometheus on a host of its own)."""
     done, _ = inside(".venv/bin/python -c " + shlex.quote(TARGETS_CHECK), timeout=120)
@@ -496,7 +539,17 @@ def prometheus_scrapes_every_layer_of_the_lab() -> None:
     jobs = {
         "lab-node1": ["dcgm", "gateway", "node", "triton"],
         "lab-node2": ["dcgm", "gateway", "node", "triton"],
+        "neox.lab-node1": ["gateway", "triton"],
         "lab-lb": ["alertmanager", "haproxy", "node", "prometheus"],
     }
     seen = json.loads(done.stdout)
     assert seen == sorted([job, host, "up"] for host, js in jobs.items() for job in js), seen
+    query = "count by (instance, gpu, model) (DCGM_FI_DEV_GPU_UTIL)"
+    asked, _ = inside(".venv/bin/python -c " + shlex.quote(GPU_MODELS_CHECK), timeout=60)
+    assert asked.returncode == 0, asked.stdout[-2000:] + asked.stderr[-2000:]
+    assert json.loads(asked.stdout) == [
+        ["lab-node1", "0", "tiny-gpt2"],
+        ["lab-node1", "1", "tiny-neox"],
+        ["lab-node2", "0", "tiny-gpt2"],
+        ["lab-node2", "1", "tiny-gpt2"],
+    ], query

@@ -299,8 +299,10 @@ def test_the_status_play_reports_a_plain_load_balancer(tmp_path):
 
 def test_the_status_play_shows_the_gpus_a_model_holds_and_those_left_free(tmp_path):
     """playbooks/status.yml on a serving host with four L40S (the recorded nvidia-smi, read by the
-    real gpus fact) whose model holds GPUs 0 and 1, as inventories/prod's gpu-l40s-04: the report
-    and ftfleet status's table say 2 and 3 are free; a host without the fact says nothing of them."""
+    real gpus fact) whose model holds GPUs 0 and 1, as inventories/prod's gpu-l40s-04, and a second
+    model on GPU 2 of the same machine (fleet_machine): each report says what its model leaves, and
+    ftfleet status's table says GPU 3 alone is free on the machine; a host without the fact says
+    nothing of them."""
     from ftfleet import cli  # noqa: PLC0415
 
     facts = tmp_path / "facts.d"
@@ -316,7 +318,9 @@ def test_the_status_play_shows_the_gpus_a_model_holds_and_those_left_free(tmp_pa
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": {
         "gpu-x": {**host, "fleet_status_fact_path": str(facts)},
-        "gpu-y": {**host, "fleet_status_fact_path": str(tmp_path / "none.d")}}}}}}))  # fmt: skip
+        "gpu-y": {**host, "fleet_status_fact_path": str(tmp_path / "none.d")},
+        "neox.gpu-x": {**host, "fleet_status_fact_path": str(facts), "fleet_machine": "gpu-x", "fleet_gpu_devices": [2],
+                       "fleet_tensor_para_size": 1}}}}}}))  # fmt: skip
     done = run_playbook("playbooks/status.yml", "-i", inventory, "-v", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
@@ -325,16 +329,18 @@ def test_the_status_play_shows_the_gpus_a_model_holds_and_those_left_free(tmp_pa
         for line in done.stdout.splitlines()
         if line.startswith("ok: [") and "fleet_status_report" in line
     }
-    assert {h: (r["gpus"], r["gpus_total"], r["gpus_free"]) for h, r in reports.items()} == {
-        "gpu-x": ([0, 1], 4, [2, 3]), "gpu-y": ([0, 1], None, None)}, out[-3000:]  # fmt: skip
+    assert {h: (r["gpus"], r["gpus_total"], r["gpus_free"], r["machine"]) for h, r in reports.items()} == {
+        "gpu-x": ([0, 1], 4, [2, 3], "gpu-x"), "gpu-y": ([0, 1], None, None, "gpu-y"),
+        "neox.gpu-x": ([2], 4, [0, 1, 3], "gpu-x")}, out[-3000:]  # fmt: skip
     events = tmp_path / "artifacts" / "ansible" / "job_events"
     events.mkdir(parents=True)
     for i, (name, report) in enumerate(reports.items()):
         (events / f"{i}.json").write_text(json.dumps({"event": "runner_on_ok", "event_data": {
             "host": name, "res": {"ansible_facts": {"fleet_status_report": report}}}}))  # fmt: skip
-    table, _ = cli.status_table(tmp_path)
+    table, rows = cli.status_table(tmp_path)
     column = [c.header for c in table.columns].index("free GPUs")
-    assert list(table.columns[column]._cells) == ["2,3 of 4", ""]
+    assert list(table.columns[column]._cells) == ["3 of 4", "", "3 of 4"]  # gpu-x, gpu-y, neox.gpu-x
+    assert {r["host"]: r["gpus_free"] for r in rows} == {"gpu-x": [3], "gpu-y": None, "neox.gpu-x": [3]}
     assert cli.free_gpus({"gpus_total": 8, "gpus_free": []}) == "none of 8"
 
 

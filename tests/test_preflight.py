@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ import yaml
 from conftest import ROOT, run_playbook
 
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
-from configs import GPT2, GPTJ_6B, KOGPT_6B, LLAMA_7B
+from configs import GPT2, GPTJ_6B, H2OGPT_6_9B, KOGPT_6B, LLAMA_7B
 
 RECORDINGS = ROOT / "tests" / "fixtures" / "gpus"
 
@@ -353,20 +354,25 @@ def test_bad_inventories_each_fail_before_any_change_naming_the_fix(lab):
         assert recap.group(1) == "0", f"{case} changed something"
 
 
-def test_the_example_production_inventory_passes_preflight_on_its_hardware(lab, tmp_path):
-    """inventories/prod as shipped, each host on a recording of the GPUs it names (1 and 8 A100,
+def prod_preflight(tmp_path: Path, second_model: dict | None = None) -> tuple[int, str]:
+    """inventories/prod's preflight, each host on a recording of the GPUs it names (1 and 8 A100,
     4 L40S), reached locally; only the model sources are swapped for local repositories holding
-    the seed models' config.json at the same revision (the Hub is out of reach)."""
+    the seed models' config.json at the same revision (the Hub is out of reach). second_model:
+    variables for the L40S machine's second model (h2ogpt.gpu-l40s-04.example.com)."""
     recordings = {"gpu-a100-01.example.com": "a100x1", "gpu-a100-08.example.com": "mixed8",
-                  "gpu-l40s-04.example.com": "l40sx4"}  # fmt: skip
-    seeds = {"kogpt": KOGPT_6B, "llama7b": LLAMA_7B}
+                  "gpu-l40s-04.example.com": "l40sx4", "h2ogpt.gpu-l40s-04.example.com": "l40sx4"}  # fmt: skip
+    seeds = {"kogpt": KOGPT_6B, "llama7b": LLAMA_7B, "h2ogpt": H2OGPT_6_9B}
     # The weights as the two repositories hold them: KoGPT's float16 branch one pytorch_model.bin,
     # llama-7b-hf 33 shards with an index (sizes as their git-lfs pointers give them, rounded).
     layouts = {"kogpt": {"pytorch_model.bin": 12_219_000_000},
                "llama7b": {"pytorch_model.bin.index.json": -1,
-                           **{f"pytorch_model-{i:05d}-of-00033.bin": 405_000_000 for i in range(1, 34)}}}  # fmt: skip
+                           **{f"pytorch_model-{i:05d}-of-00033.bin": 405_000_000 for i in range(1, 34)}},
+               # h2oGPT 6.9B: 13.7 GB of fp16 weights; the split into two shards is assumed here.
+               "h2ogpt": {"pytorch_model.bin.index.json": -1, "pytorch_model-00001-of-00002.bin": 9_960_000_000,
+                          "pytorch_model-00002-of-00002.bin": 3_760_000_000}}  # fmt: skip
     groups = {"kogpt": ["gpu-a100-01.example.com", "gpu-a100-08.example.com"],
-              "llama7b": ["gpu-l40s-04.example.com"]}  # fmt: skip
+              "llama7b": ["gpu-l40s-04.example.com"],
+              "h2ogpt": ["h2ogpt.gpu-l40s-04.example.com"]}  # a second model on the L40S machine  # fmt: skip
     hosts = {}
     for group, members in groups.items():
         model = yaml.safe_load((ROOT / "inventories/prod/group_vars" / group / "fleet.yml").read_text())["fleet_model"]
@@ -382,20 +388,52 @@ def test_the_example_production_inventory_passes_preflight_on_its_hardware(lab, 
                 "preflight_image_bytes": {"ft_image": 0, "triton_image": 0},
                 "fleet_model": {**model, "source": {**model["source"], "url": url}},
             }  # fmt: skip
+    inventory = ROOT / "inventories/prod"
+    if second_model:  # over its host_vars, which outrank the overlay's host variables
+        inventory = Path(shutil.copytree(inventory, tmp_path / "prod"))  # zz-: read after its other files
+        (inventory / "host_vars/h2ogpt.gpu-l40s-04.example.com/zz-test.yml").write_text(json.dumps(second_model))
     overlay = tmp_path / "here.yml"
     overlay.write_text(json.dumps({"all": {"hosts": hosts}}))
     password = tmp_path / "vault-password"
     password.write_text("ftfleet-example\n")
-    result = run_playbook("playbooks/preflight.yml", "-i", "inventories/prod", "-i", overlay,
+    result = run_playbook("playbooks/preflight.yml", "-i", inventory, "-i", overlay,
                           "--vault-password-file", password)  # fmt: skip
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-5000:]
-    passed = re.findall(r"preflight passed: [^']*", " ".join(out.split()))  # the messages, unwrapped
+    return result.returncode, " ".join((result.stdout + result.stderr).split())  # the messages, unwrapped
+
+
+def test_the_example_production_inventory_passes_preflight_on_its_hardware(lab, tmp_path):
+    """inventories/prod as shipped passes on its hardware's recordings (prod_preflight), with
+    the L40S machine's two models on their GPUs."""
+    rc, out = prod_preflight(tmp_path)
+    assert rc == 0, out[-5000:]
+    passed = re.findall(r"preflight passed: [^']*", out)
     assert sorted(passed) == [
+        "preflight passed: h2ogpt (gptneox, tp 2 x pp 1 on GPUs 2,3; weights bin sharded, 13.72 GB)",
         "preflight passed: kogpt (gptj, tp 1 x pp 1 on GPUs 0; weights bin, 12.22 GB)",
         "preflight passed: kogpt (gptj, tp 8 x pp 1 on GPUs 0,1,2,3,4,5,6,7; weights bin, 12.22 GB)",
         "preflight passed: llama-7b (llama, tp 2 x pp 1 on GPUs 0,1; weights bin sharded, 13.37 GB)",
     ], out[-3000:]
+
+
+def test_a_second_model_on_a_machine_is_refused_its_neighbours_gpus_and_ports(lab, tmp_path):
+    """The L40S machine's second model placed badly: a GPU of LLaMA-7B's, LLaMA-7B's tritonserver
+    port, a GPU the machine lacks and a tensor-parallel size its heads do not divide, in one
+    preflight that changes nothing and names every problem, on both hosts of each clash."""
+    rc, out = prod_preflight(tmp_path, {"fleet_gpu_devices": [1, 2, 4], "triton_server_http_port": 8100})
+    assert rc != 0, out[-3000:]
+    slot, machine = "h2ogpt.gpu-l40s-04.example.com", "gpu-l40s-04.example.com"
+    said = [
+        f"fleet_gpu_devices: GPU 1 of machine {machine} serves llama-7b too (host {machine})",
+        f"fleet_gpu_devices: GPU 1 of machine {machine} serves h2ogpt too (host {slot})",
+        f"triton_server_http_port=8100: host {machine} on machine {machine} has it too (triton_server_http_port)",
+        f"triton_server_http_port=8100: host {slot} on machine {machine} has it too (triton_server_http_port)",
+        "GPU index 4 does not exist (the host has 4 GPU(s): 0, 1, 2, 3)",
+        "fleet_tensor_para_size=3, fleet_pipeline_para_size=1, fleet_gpu_devices=[1, 2, 4] for h2ogpt",
+    ]
+    missing = [words for words in said if words not in out]
+    assert not missing, (missing, out[-6000:])
+    assert f"problem(s) on {slot}; nothing was changed" in out
+    assert f"problem(s) on {machine}; nothing" in out
 
 
 @pytest.mark.parametrize(

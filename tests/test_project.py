@@ -137,6 +137,7 @@ def test_prod_inventory_gives_each_host_its_model_gpus_and_ports(tmp_path):
         "          PROBE {{ inventory_hostname }} {{ fleet_model.name }} tp={{ fleet_tensor_para_size }}\n"
         "          shards={{ '/m' | ft_shard_dir(fleet_tensor_para_size) }} root={{ fleet_data_root }}\n"
         "          http={{ triton_server_http_port | default(8000) }} token={{ fleet_hf_token[:11] or 'none' }}\n"
+        "          on={{ fleet_machine }}:{{ fleet_gpu_devices | join(',') }}\n"
     )
     try:
         result = run_playbook(
@@ -150,10 +151,15 @@ def test_prod_inventory_gives_each_host_its_model_gpus_and_ports(tmp_path):
     probes = [line.split("PROBE ", 1)[1] for line in out.splitlines() if "PROBE " in line]
     lines = sorted(" ".join(probe.split()).rstrip('"') for probe in probes)
     assert lines == [
-        "gpu-a100-01.example.com kogpt tp=1 shards=/m/fastertransformer/1/1-gpu root=/srv/ftfleet http=8000 token=none",
-        "gpu-a100-08.example.com kogpt tp=8 shards=/m/fastertransformer/1/8-gpu root=/srv/ftfleet http=8000 token=none",
+        "gpu-a100-01.example.com kogpt tp=1 shards=/m/fastertransformer/1/1-gpu root=/srv/ftfleet http=8000 token=none"
+        " on=gpu-a100-01.example.com:0",
+        "gpu-a100-08.example.com kogpt tp=8 shards=/m/fastertransformer/1/8-gpu root=/srv/ftfleet http=8000 token=none"
+        " on=gpu-a100-08.example.com:0,1,2,3,4,5,6,7",
         "gpu-l40s-04.example.com llama-7b tp=2 shards=/m/fastertransformer/1/2-gpu root=/srv/ftfleet http=8100 "
-        "token=hf_EXAMPLE_",
+        "token=hf_EXAMPLE_ on=gpu-l40s-04.example.com:0,1",
+        # the machine's second model: its own GPUs, tp and ports (docs/placement.md)
+        "h2ogpt.gpu-l40s-04.example.com h2ogpt tp=2 shards=/m/fastertransformer/1/2-gpu root=/srv/ftfleet http=8200 "
+        "token=none on=gpu-l40s-04.example.com:2,3",
     ], out
 
 
@@ -207,7 +213,7 @@ def test_prods_monitoring_host_reaches_every_tritonservers_metrics(tmp_path):
     assert result.returncode == 0, out
     lines = [line.split("PROBE ", 1)[1].strip().strip('"') for line in out.splitlines() if "PROBE " in line]
     probes = [line.split(" ", 3) for line in lines]
-    assert len(probes) == 3, out
+    assert len(probes) == 4, out  # with the L40S machine's second model (its own metrics port)
     for host, metrics_port, gateway_bind, rest in probes:
         published, monitors = rest.split(" [")
         assert "'mon-01.example.com'" in monitors

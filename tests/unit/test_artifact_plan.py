@@ -95,3 +95,21 @@ def test_one_election_reads_each_hosts_variables_once(count):
     held = {f"m{i % 7}" for i in range(count) if i % 5 == 0}
     made = [p["plan"] for p in elected.values()]
     assert (made.count("push"), made.count("tune")) == (len(held), min(count, 7) - len(held))
+
+
+@pytest.mark.parametrize(("registry", "first"), [(False, "convert"), (True, "convert")])
+def test_models_on_one_machine_leave_an_artifact_to_the_first_of_them_there(registry, first):
+    """Several models on one machine (fleet_machine) that need the same artifact: the first of
+    them there takes part in the election, the others leave it to that host (one image load or
+    build per machine, never two at once in one engine)."""
+    facts = {"a": {"ref": "x", "local": False, "m": "a"}, "b": {"ref": "x", "local": False, "m": "a"},
+             "c": {"ref": "x", "local": False, "m": "c"}, "d": {"ref": "y", "local": False, "m": "a"}}  # fmt: skip
+    elected = fleet_artifact_plans(["a", "b", "c", "d"], facts, "ref", "local", "found", registry=registry,
+                                   make="convert", place="m")  # fmt: skip
+    assert elected["a"] == {"plan": first, "source": "a"}
+    assert elected["b"] == {"plan": "mate", "source": "a"}  # a's machine, a's artifact
+    assert elected["c"]["plan"] == ("wait" if registry else "convert")  # another machine
+    assert elected["d"]["plan"] == "convert"  # another artifact on a's machine: its own
+    # Without place, the same hosts elect as separate machines.
+    alone = fleet_artifact_plans(["a", "b"], facts, "ref", "local", "found", registry=True, make="convert")
+    assert alone["b"] == {"plan": "wait", "source": "a"}

@@ -196,3 +196,33 @@ def test_no_scraped_port_binds_to_loopback_by_default(role_var):
     if value == "{{ load_balancer_bind_address }}":
         value = defaults["load_balancer_bind_address"]
     assert value in ("", "0.0.0.0", "::"), (role_var, value)
+
+
+def test_several_models_on_one_machine_keep_host_and_model_apart():
+    """A second model on gpu-a (host neox.gpu-a, fleet_machine gpu-a): its own gateway and
+    tritonserver targets with its model; the machine's node and DCGM exporters once, under the
+    machine's name, each GPU's series labelled with the model that holds it."""
+    groups = {**GROUPS, "gpu_hosts": ["gpu-a", "neox.gpu-a", "gpu-b"]}
+    neox = {"fleet_model": {"name": "neox"}, "fleet_machine": "gpu-a", "ansible_host": "gpu-a",
+            "fleet_gpu_devices": [2, 3], "gateway_port": 8081, "triton_server_metrics_port": 8102}  # fmt: skip
+    hostvars = {
+        **HOSTVARS,
+        "gpu-a": {"fleet_model": {"name": "kogpt"}, "fleet_gpu_devices": [0, 1]},
+        "neox.gpu-a": neox,
+    }
+    configs = monitoring_scrape_configs(groups, hostvars, PORTS)
+    got = targets(configs)
+    assert ("gpu-a:8081", {"instance": "neox.gpu-a", "model": "neox"}) in got["gateway"]
+    assert ("gpu-a:8102", {"instance": "neox.gpu-a", "model": "neox"}) in got["triton"]
+    assert got["dcgm"] == [("gpu-a:9400", {"instance": "gpu-a"}),
+                           ("gpu-b.internal:9400", {"instance": "gpu-b", "model": "kogpt"})]  # fmt: skip
+    assert [t for t, _ in got["node"]] == ["gpu-a:9100", "gpu-b.internal:9100", "lb-1:9100", "mon-1:9100"]
+    dcgm = next(c for c in configs if c["job_name"] == "dcgm")
+    rule = {"source_labels": ["instance", "gpu"], "target_label": "model"}
+    assert dcgm["metric_relabel_configs"] == [
+        {**rule, "regex": "gpu\\-a;(2|3)", "replacement": "neox"},
+        {**rule, "regex": "gpu\\-a;(0|1)", "replacement": "kogpt"},
+    ]
+    # A fleet without a second model on any machine keeps its configuration as it was.
+    assert "metric_relabel_configs" not in next(c for c in monitoring_scrape_configs(GROUPS, HOSTVARS, PORTS)
+                                                if c["job_name"] == "dcgm")  # fmt: skip
