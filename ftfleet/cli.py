@@ -146,6 +146,8 @@ def finish(run: Run, runner: Any, run_dir: Path, console: Console, **about: Any)
         console.print(view.changes(run))
     if run.canaries:
         console.print(view.canaries(run))
+    if about.get("placement"):
+        console.print(view.describe_placement(about["placement"]), markup=False, highlight=False)
     if about.get("rollout"):
         console.print(rollout.describe(about["rollout"]), markup=False, highlight=False)
     total = sum(len(r) and sum(r.values()) for r in report["changed"].values())
@@ -293,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(soft_wrap=True)  # lines as they are: notes and diffs stay greppable in logs
     if args.command == "plan":
         run, runner, run_dir = execute(args, "site.yml", cmdline(args, "--check", "--diff"), "ftfleet plan", console)
-        code = finish(run, runner, run_dir, console, command="plan", rollout=planned_rollout(args, run))
+        code = finish(run, runner, run_dir, console, command="plan", rollout=planned_rollout(args, run),
+                      placement=view.placement(run.diffs))  # fmt: skip
         if args.diffs:
             for entry in run.diffs:
                 console.rule(f"{entry['host']} {entry['stage']}: {entry['task']}")

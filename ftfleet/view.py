@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import time
 from typing import Any
 
@@ -83,6 +84,34 @@ def per_stage(run: Run) -> Table:
     for host, row in counts.items():
         table.add_row(host, *[str(row[s]) if s in row else "-" for s in stages])
     return table
+
+
+GPUS_LABEL = re.compile(r"--label=ftfleet\.gpus=([0-9,]*)")  # roles/triton_server/vars/main.yml
+UNIT = re.compile(r"triton-(.+)\.service$")
+
+
+def placement(diffs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The GPUs each model's tritonserver would move from and to, from a plan's diffs of its unit
+    (the label the unit gives its container): [{host, model, before, after}], before None for a
+    model that no unit serves yet."""
+    moves = []
+    for entry in diffs:
+        for part in entry["diff"] if isinstance(entry["diff"], list) else [entry["diff"]]:
+            unit = UNIT.search(str(part.get("before_header") or "")) or UNIT.search(str(part.get("after_header") or ""))
+            after = GPUS_LABEL.search(str(part.get("after") or ""))
+            if not unit or not after:
+                continue
+            before = GPUS_LABEL.search(str(part.get("before") or ""))
+            if before is None or before.group(1) != after.group(1):
+                moves.append({"host": entry["host"], "model": unit.group(1),
+                              "before": before.group(1) if before else None, "after": after.group(1)})  # fmt: skip
+    return moves
+
+
+def describe_placement(moves: list[dict[str, Any]]) -> str:
+    """One line per model whose GPUs would change (docs/placement.md)."""
+    return "\n".join(f"placement: {m['host']} {m['model']}: GPUs {m['before'] or '(none: a new model)'} -> {m['after']}"
+                     for m in moves)  # fmt: skip
 
 
 def unified(entry: dict[str, Any]) -> str:

@@ -494,6 +494,9 @@ def plan_previews_a_gpu_change_without_changing_it() -> None:
     assert '+parameters { key: "tensor_para_size" value: { string_value: "4" } }' in out
     assert "+    --label=ftfleet.gpus=0,1,2,3" in out
     assert "lab-node2 gateway answers" in out  # the gate asked through the front
+    assert "placement: lab-node2 tiny-gpt2: GPUs 0,1 -> 0,1,2,3" in out  # docs/placement.md
+    assert report("plan")["placement"] == [
+        {"host": "lab-node2", "model": "tiny-gpt2", "before": "0,1", "after": "0,1,2,3"}]  # fmt: skip
     # the rollout it would make: lab-node2 alone, timed by the rollout's apply above
     said = " ".join(out.split())
     assert "serve: 1 host(s) restart in 1 of 1 batch(es) of 1 host(s) (fleet_serve_serial=1); about" in said, said

@@ -376,3 +376,28 @@ def test_a_canarys_verdict_and_rollback_time_come_from_its_events():
     passed.handle(ok("Verdict", "2026-11-27T09:41:00.000000", said, "ansible.builtin.debug"))
     assert passed.canaries["node1"]["passed"] is True
     assert "rollback_seconds" not in passed.report()["canary"]["node1"]
+
+
+def test_plan_shows_the_gpus_a_model_would_move_from_and_to():
+    """ftfleet plan's placement lines, from its diffs of the tritonserver units (before_header is
+    the unit's path, the template's after_header a temporary file): a model moved, a model that
+    no unit serves yet, and an unchanged label or another file that say nothing."""
+    unit = "/etc/systemd/system/triton-{}.service"
+    line = "ExecStart=/usr/bin/docker run --label=ftfleet.gpus={} image\n"
+    diffs = [
+        {"host": "gpu-4", "diff": {"before_header": unit.format("llama-7b"), "after_header": "/tmp/x",
+                                   "before": line.format("0,1"), "after": line.format("0,1,2,3")}},
+        {"host": "h2ogpt.gpu-4", "diff": [{"before_header": unit.format("h2ogpt"), "before": "",
+                                           "after_header": "/tmp/y", "after": line.format("2,3")}]},
+        {"host": "gpu-9", "diff": {"before_header": unit.format("kogpt"), "before": line.format("0") + "x=1\n",
+                                   "after": line.format("0") + "x=2\n"}},
+        {"host": "gpu-9", "diff": {"before_header": "/srv/ftfleet/models/kogpt/config.pbtxt", "before": "a",
+                                   "after": line.format("5")}},
+    ]  # fmt: skip
+    moves = view.placement(diffs)
+    assert moves == [{"host": "gpu-4", "model": "llama-7b", "before": "0,1", "after": "0,1,2,3"},
+                     {"host": "h2ogpt.gpu-4", "model": "h2ogpt", "before": None, "after": "2,3"}]  # fmt: skip
+    assert view.describe_placement(moves).splitlines() == [
+        "placement: gpu-4 llama-7b: GPUs 0,1 -> 0,1,2,3",
+        "placement: h2ogpt.gpu-4 h2ogpt: GPUs (none: a new model) -> 2,3",
+    ]
