@@ -437,6 +437,27 @@ def test_a_second_model_on_a_machine_is_refused_its_neighbours_gpus_and_ports(la
 
 
 @pytest.mark.parametrize(
+    ("second_model", "words"),
+    [
+        ({"fleet_tensor_para_size": 4},
+         "tensor_para_size 4 x pipeline_para_size 1 = 4 GPUs, but 2 are assigned"),
+        # h2oGPT's fp16 weights at tp 2 (6935 MiB a GPU) against a tenth of an L40S's 46068 MiB
+        ({"preflight_gpu_memory_fraction": 0.1},
+         "h2ogpt needs 6935 MiB of weights per GPU at fp16, more than 10% of the smallest assigned GPU (46068 MiB)"),
+    ],
+    ids=["tp-not-its-gpus", "too-little-memory"],
+)  # fmt: skip
+def test_a_second_model_on_a_machine_is_checked_on_its_own_gpus(lab, tmp_path, second_model, words):
+    """The per-model checks hold for a machine's second model on the GPUs it is given: tp x pp
+    equal to their count, its weights within their memory; the machine's first model passes."""
+    rc, out = prod_preflight(tmp_path, second_model)
+    assert rc != 0, out[-3000:]
+    assert words in out, out[-6000:]
+    assert "problem(s) on h2ogpt.gpu-l40s-04.example.com; nothing was changed" in out
+    assert "problem(s) on gpu-l40s-04.example.com;" not in out
+
+
+@pytest.mark.parametrize(
     ("extra", "words"),
     [
         ({}, None),
