@@ -14,6 +14,7 @@ if _HERE not in sys.path:  # Ansible loads plugins by path; fleet_inputs is a si
     sys.path.insert(0, _HERE)
 from fleet_inputs import role_defaults
 from ft_families import AnsibleFilterError
+from monitoring import _flag, _model_name
 
 DOCUMENTATION = r"""
 name: fleet_placement_problems
@@ -64,19 +65,6 @@ def _machine(host: str, v: Mapping[str, Any]) -> str:
     return str(v.get("fleet_machine") or host)
 
 
-def _model(v: Mapping[str, Any]) -> str:
-    model = v.get("fleet_model")
-    return str(model.get("name") or "") if isinstance(model, Mapping) else ""
-
-
-def _on(value: Any, default: bool = True) -> bool:
-    if value is None:
-        return default
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
 def _address(host: str, v: Mapping[str, Any]) -> str:
     return str(v.get("ansible_host") or host)
 
@@ -114,7 +102,7 @@ def fleet_placement_problems(hosts: Any, hostvars: Any) -> dict[str, list[str]]:
                 say(slot, f"fleet_machine={machine}: {machine} is itself another model on {_machine(machine, mv)}; "
                           f"fix: fleet_machine: {_machine(machine, mv)}")  # fmt: skip
             continue
-        if not _model(mv):
+        if not _model_name(mv):
             for slot in slots:
                 say(slot, f"fleet_machine={machine}: {machine} serves no model (fleet_model is empty), and the "
                           f"machine's own host does its shared work; fix: give {machine} the machine's first "
@@ -133,7 +121,7 @@ def _check_machine(machine: str, mv: Mapping[str, Any], slots: list[str], hostva
         port: (machine, name) for name, port in _ports(mv, defaults, MACHINE_PORTS).items()
     }
     for host, v in members.items():
-        model = _model(v)
+        model = _model_name(v)
         if host != machine:
             _slot_problems(host, v, machine, mv, say)
         if not model:
@@ -149,7 +137,7 @@ def _check_machine(machine: str, mv: Mapping[str, Any], slots: list[str], hostva
                 continue  # the input check says what is wrong with the list
             if gpu in gpus:  # said on both hosts: a run limited to either stops
                 other = gpus[gpu]
-                for one, two, theirs in ((host, other, _model(members[other])), (other, host, model)):
+                for one, two, theirs in ((host, other, _model_name(members[other])), (other, host, model)):
                     say(one, f"fleet_gpu_devices: GPU {gpu} of machine {machine} serves {theirs} too (host {two}); "
                              f"fix: give each model on a machine GPUs of its own")  # fmt: skip
             gpus.setdefault(gpu, host)
@@ -161,11 +149,11 @@ def _slot_problems(host: str, v: Mapping[str, Any], machine: str, mv: Mapping[st
     if _address(host, v) != _address(machine, mv):
         say(host, f"ansible_host={_address(host, v)}: another model on machine {machine} (fleet_machine) "
                   f"must reach it at its address; fix: ansible_host: {_address(machine, mv)}")  # fmt: skip
-    if _on(v.get("fleet_gateway")) != _on(mv.get("fleet_gateway")):
-        say(host, f"fleet_gateway={_on(v.get('fleet_gateway'))}: {machine} has "
-                  f"{_on(mv.get('fleet_gateway'))}, and the machine's host installs the gateway for every "
+    if _flag(v.get("fleet_gateway"), True) != _flag(mv.get("fleet_gateway"), True):
+        say(host, f"fleet_gateway={_flag(v.get('fleet_gateway'), True)}: {machine} has "
+                  f"{_flag(mv.get('fleet_gateway'), True)}, and the machine's host installs the gateway for every "
                   f"model on it; fix: the same fleet_gateway for every model on a machine")  # fmt: skip
-    if not _model(v):
+    if not _model_name(v):
         say(host, f"fleet_model is empty: another model's host on {machine} (fleet_machine) serves no model; "
                   f"fix: give it a fleet_model, or remove it")  # fmt: skip
 
@@ -175,7 +163,7 @@ def _port_clashes(host: str, v: Mapping[str, Any], machine: str, defaults: Mappi
     """The host's ports against those taken on its machine (each clash said on both hosts: a run
     limited to either stops); records its own."""
     own = _ports(v, defaults, MODEL_PORTS)
-    if _on(v.get("fleet_gateway")):
+    if _flag(v.get("fleet_gateway"), True):
         own.update(_ports(v, defaults, ("gateway_port",)))
     for name, port in own.items():
         if port not in ports:
