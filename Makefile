@@ -48,7 +48,7 @@ $(VENV)/.toolchain: pyproject.toml constraints.txt | tools
 # is on disk), and so are tests folders. A file that does not compile here (a vendored Python 2
 # test, say) is no failure: Python would compile it on import, as before. Made again when a
 # project file changes.
-PROJECT_PY_DIRS := filter_plugins ftfleet ftgateway ftnative
+PROJECT_PY_DIRS := filter_plugins callback_plugins ftfleet ftgateway ftnative
 $(VENV)/.bytecode: $(VENV)/.toolchain $(wildcard $(addsuffix /*.py,$(PROJECT_PY_DIRS)))
 	@if [ -n "$${PYTHONDONTWRITEBYTECODE:-}" ]; then \
 	  echo "$$(date +%T) setup: bytecode for the virtualenv and the project's Python (PYTHONDONTWRITEBYTECODE is set)"; \

@@ -84,6 +84,15 @@ def cmdline(args: argparse.Namespace, *more: str) -> list[str]:
     return words
 
 
+def callback_path() -> dict[str, str]:
+    """ANSIBLE_CALLBACK_PLUGINS with this project's callback_plugins/ first: ansible-runner sets the
+    variable to its own folder, which replaces ansible.cfg's callback_plugins path, so that
+    ansible.cfg's callbacks_enabled would name a plugin Ansible cannot find (fleet_warm)."""
+    mine = str(ROOT / "callback_plugins")
+    theirs = os.environ.get("ANSIBLE_CALLBACK_PLUGINS", "")
+    return {"ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join(filter(None, (mine, theirs)))}
+
+
 def execute(
     args: argparse.Namespace, playbook: str, words: list[str], title: str, console: Console
 ) -> tuple[Run, Any, Path]:
@@ -95,7 +104,7 @@ def execute(
     run_dir = (args.runs_dir / f"{stamp}-{args.command}").resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     run = Run()
-    env = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+    env = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", **callback_path(),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
     kwargs: dict[str, Any] = {"private_data_dir": str(run_dir), "project_dir": str(ROOT), "playbook": playbook,
                               "cmdline": " ".join(map(_quote, words)), "quiet": True, "event_handler": run.handle,

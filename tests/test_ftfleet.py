@@ -297,6 +297,22 @@ def test_the_status_play_reports_a_plain_load_balancer(tmp_path):
         {"model": "load balancer", "health": "plain HTTP", "tls_days_left": None}], out[-3000:]  # fmt: skip
 
 
+def test_ftfleet_finds_ansible_cfgs_callbacks_for_a_playbook_outside_the_projects_root(tmp_path):
+    """ansible-runner points Ansible at its own callback folder, which replaces ansible.cfg's
+    callback_plugins path: site.yml finds callback_plugins/ beside it anyway (a playbook's own
+    folder), playbooks/status.yml would not, and Ansible would skip fleet_warm with a warning."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"lb_hosts": {"hosts": {"lb-x": {
+        "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
+        "fleet_status_lb_socket": str(tmp_path / "no.sock")}}}}}}))  # fmt: skip
+    done = ftfleet("status", "-i", str(inventory), "--runs-dir", str(tmp_path / "runs"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [run_dir] = (tmp_path / "runs").iterdir()
+    stdout = (run_dir / "artifacts" / "ansible" / "stdout").read_text()
+    assert "PLAY RECAP" in stdout
+    assert "Skipping callback plugin" not in stdout
+
+
 def test_the_status_play_shows_the_gpus_a_model_holds_and_those_left_free(tmp_path):
     """playbooks/status.yml on a serving host with four L40S (the recorded nvidia-smi, read by the
     real gpus fact) whose model holds GPUs 0 and 1, as inventories/prod's gpu-l40s-04, and a second

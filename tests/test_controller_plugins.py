@@ -1,0 +1,88 @@
+"""callback_plugins/fleet_warm.py: the controller loads the filter and test plugins once, before it
+forks its workers, and every worker inherits them (docs/performance.md, "A thousand hosts")."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from conftest import ROOT, run_playbook
+
+from ftfleet.cli import callback_path
+
+HOSTS = 4
+TASKS = 2
+
+# A filter plugin file that writes the process it is imported in: Ansible imports every filter file
+# it can see when a process first templates any filter, so this file says which processes did.
+PROBE = """
+import os
+with open(os.environ["FLEET_PROBE_LOG"], "a") as log:
+    log.write(f"{os.getpid()}\\n")
+
+class FilterModule:
+    def filters(self):
+        return {"fleet_probe_identity": lambda value: value}
+"""
+
+PLAY = """
+- name: Tasks that template a builtin filter on every host
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: A filter in a condition
+      ansible.builtin.assert:
+        that: groups['all'] | length == HOSTS
+        quiet: true
+
+    - name: A filter in a fact
+      ansible.builtin.set_fact:
+        __count: "{{ groups['all'] | length }}"
+""".replace("HOSTS", str(HOSTS))
+
+
+def _importers(tmp_path, callbacks: str) -> list[str]:
+    """The processes that imported the probe during a run of PLAY with these callbacks enabled."""
+    probe = tmp_path / "probe"
+    probe.mkdir(exist_ok=True)
+    (probe / "zz_fleet_probe.py").write_text(PROBE)
+    log = tmp_path / f"imports-{'warm' if 'fleet_warm' in callbacks else 'cold'}.log"
+    inventory = tmp_path / "hosts.yml"
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(json.dumps({"all": {"hosts": {f"node{n}": local for n in range(HOSTS)}}}))
+    (tmp_path / "play.yml").write_text(PLAY)
+    done = run_playbook(
+        "-i", inventory, tmp_path / "play.yml",
+        ANSIBLE_FILTER_PLUGINS=f"{ROOT / 'filter_plugins'}{os.pathsep}{probe}",
+        ANSIBLE_CALLBACKS_ENABLED=callbacks, FLEET_PROBE_LOG=str(log),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Skipping callback" not in done.stdout + done.stderr
+    return log.read_text().split()
+
+
+def test_workers_inherit_the_filter_plugins_the_controller_loaded(tmp_path):
+    """With fleet_warm (ansible.cfg enables it) the filter files are imported once, in the
+    controller; without it, once in every worker: one per host and task."""
+    warm = _importers(tmp_path, "ansible.posix.profile_tasks,fleet_warm")
+    cold = _importers(tmp_path, "ansible.posix.profile_tasks")
+    print(f"processes that imported the filter plugins: {len(warm)} with fleet_warm, {len(cold)} without")
+    assert len(warm) == 1, warm
+    assert len(cold) == HOSTS * TASKS, cold  # the probe does see every worker's import
+
+
+def test_ansible_cfg_enables_it_and_ftfleet_keeps_its_folder_before_ansible_runners():
+    """ansible-runner sets ANSIBLE_CALLBACK_PLUGINS to its own folder, replacing ansible.cfg's path:
+    ftfleet (and scripts/scale-bench) put callback_plugins/ first, keeping what the user set."""
+    cfg = (ROOT / "ansible.cfg").read_text()
+    assert "callback_plugins = callback_plugins" in cfg
+    assert "fleet_warm" in next(line for line in cfg.splitlines() if line.startswith("callbacks_enabled"))
+    os.environ.pop("ANSIBLE_CALLBACK_PLUGINS", None)
+    assert callback_path() == {"ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "callback_plugins")}
+    os.environ["ANSIBLE_CALLBACK_PLUGINS"] = "/opt/mine"
+    try:
+        assert callback_path()["ANSIBLE_CALLBACK_PLUGINS"].split(os.pathsep) == [
+            str(ROOT / "callback_plugins"), "/opt/mine"]  # fmt: skip
+    finally:
+        del os.environ["ANSIBLE_CALLBACK_PLUGINS"]
