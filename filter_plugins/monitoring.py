@@ -167,7 +167,7 @@ def _gpu_host_targets(groups: Mapping, hostvars: Any, add, tls: dict, ca_file: s
     gpu_models: dict[str, dict[str, list]] = {}  # machine -> model -> its GPUs, where it has several models
     machines = []
     for host in _members(groups, "gpu_hosts"):
-        v = hostvars[host]  # each host's variables once
+        v = hostvars[host]
         name = _model_name(v)
         labels = {"model": name} if name else {}
         if str(v.get("fleet_machine") or host) != host:
@@ -190,9 +190,25 @@ def _gpu_host_targets(groups: Mapping, hostvars: Any, add, tls: dict, ca_file: s
     return slots, gpu_models
 
 
+class _EachHostOnce:
+    """Ansible's hostvars, each host read once: a read builds the host's variables anew (its
+    group_vars folders globbed, docs/performance.md), and a scrape configuration needs a GPU host
+    for four or five jobs."""
+
+    def __init__(self, hostvars: Any) -> None:
+        self._hostvars = hostvars
+        self._read: dict[str, Any] = {}
+
+    def __getitem__(self, host: str) -> Any:
+        if host not in self._read:
+            self._read[host] = self._hostvars[host]
+        return self._read[host]
+
+
 def monitoring_scrape_configs(groups: Any, hostvars: Any, ports: Any, ca_file: str = "") -> list[dict]:
     if not isinstance(groups, Mapping):
         raise AnsibleFilterError(f"monitoring_scrape_configs: expected groups (a mapping), got {type(groups).__name__}")
+    hostvars = _EachHostOnce(hostvars)
     ports = dict(ports or {})
     jobs: dict[str, list[dict]] = {job: [] for job in PORT_VARS}
     tls: dict[str, dict] = {}
