@@ -16,6 +16,7 @@ from monitoring import (
     monitoring_scrape_configs,
     monitoring_targets_summary,
 )
+from test_artifact_plan import Counted
 from test_fleet_inputs import GOOD
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,22 +57,12 @@ def test_every_layer_of_every_host_with_host_and_model_labels():
     }  # fmt: skip
 
 
-class CountingHostvars(dict):
-    """hostvars that count reads: Ansible builds a host's variables anew on each read."""
-
-    reads = 0
-
-    def __getitem__(self, host):
-        self.reads += 1
-        return super().__getitem__(host)
-
-
 def test_each_hosts_variables_are_read_once_whatever_its_jobs():
     """A GPU host has four or five jobs (gateway, triton, dcgm, node): one read of its variables,
     not one per job (docs/performance.md, the Prometheus configuration at 1000 hosts)."""
-    counted = CountingHostvars(HOSTVARS)
+    counted = Counted(HOSTVARS)
     assert monitoring_scrape_configs(GROUPS, counted, PORTS) == monitoring_scrape_configs(GROUPS, HOSTVARS, PORTS)
-    assert counted.reads == len(HOSTVARS)
+    assert counted.lookups == len(HOSTVARS)
 
 
 def test_a_host_added_or_removed_changes_its_own_targets_only():
