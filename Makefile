@@ -81,13 +81,10 @@ lint: test-setup  ## yamllint --strict, ansible-lint (production profile), ruff,
 # Coverage of filter_plugins/ from tests/unit/ (96 %), which call the filters in-process; the
 # playbook-level tests run without the tracer, which slowed their own Python by about 10 % (the
 # in-process tests of ftnative, the lab model and the answers: 105 CPU-s with it, 94 without).
-# UNIT_WORKERS: pytest-xdist's workers for the playbook-level tests (2, both cores; `make test`
-# runs unit on 1 beside the Docker lanes, scripts/docker-tests --unit).
-UNIT_WORKERS ?= 2
 unit: test-setup  ## pytest: the filters' unit tests (with coverage), then the playbook-level tests on both cores
-	@echo "$$(date +%T) unit: tests/unit with filter_plugins coverage, then the rest on $(UNIT_WORKERS) worker(s)"
+	@echo "$$(date +%T) unit: tests/unit with filter_plugins coverage, then the rest on 2 workers"
 	pytest tests/unit -q --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
-	pytest -m "not docker and not lab and not scale" -n $(UNIT_WORKERS) --dist loadfile --durations=20 --ignore=tests/unit
+	pytest -m "not docker and not lab and not scale" -n 2 --dist loadfile --durations=20 --ignore=tests/unit
 
 harness: tools  ## a Docker engine and the locally built base image
 	scripts/ensure-docker
@@ -99,15 +96,14 @@ molecule: harness test-setup  ## the tests that need Docker and every Molecule s
 fresh-test: harness test-setup  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
 	pytest -m lab -p no:cacheprovider -s
 
-# The toolchain and the harness as two jobs at once (each job's output whole, at its end): on a
-# fresh machine the harness (apt, debootstrap) waits on the network and dpkg while pip installs.
-# Then unit beside the Docker tests, the fresh-machine test and the scenarios, which run in two
-# lanes with lint first in the second: three streams (scripts/docker-tests --unit), unit on one
-# worker. The lanes wait on containers, systemd and servers for about a quarter of their
-# processors' time, and unit's computing fills it (docs/testing.md, "Where the time goes").
-test:  ## everything a reviewer runs: the harness, then unit (1 worker) beside two lanes: (fresh-test, Docker tests, scenarios) and (lint, the registry test, site)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-setup harness
-	scripts/docker-tests --unit --fresh --lint $(SCENARIO)
+# Unit and the harness as two jobs at once (each job's output whole, at its end): on a fresh
+# machine the harness (apt, debootstrap) waits on the network and dpkg while unit's two workers
+# compute. Then lint, the Docker tests, the fresh-machine test and the scenarios in two lanes, lint
+# first in the shorter (beside unit, lint took 58 s of unit's processors for its own 70: both are
+# CPU-bound; docs/testing.md).
+test:  ## everything a reviewer runs: unit and the harness at once, then lint, the Docker tests, the fresh-machine test and every scenario in two lanes
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit harness
+	scripts/docker-tests --fresh --lint $(SCENARIO)
 
 # The toolchain's pip and the base image's debootstrap at once (neither needs the other; both
 # need the tools, which the sub-make runs once first): on a fresh machine that overlaps about
