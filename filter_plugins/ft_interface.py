@@ -64,6 +64,18 @@ _PROMPT_TUNING = [
     _tensor("request_prompt_type", "UINT32", [1], optional=True, reshape=True),
 ]
 _PROMPT_TUNING_FAMILIES = ("gpt", "bloom")
+# The type of the sequence_length tensor FT answers. Upstream's configs declare UINT32 for every
+# family, but FT's GPT (ParallelGptTritonModelInstance.cc, also BLOOM's) and GPT-J
+# (GptJTritonModelInstance.cc) make it TYPE_INT32; GPT-NeoX's and void-main's LLaMA's make it
+# TYPE_UINT32. Upstream's GPT, GPT-J and BLOOM postprocessing never read it, so its ensembles never
+# met the difference; ours decodes each beam up to its length, and Triton refused the ensemble
+# with the real backend ("inference input 'sequence_length' data-type is 'INT32', but model
+# 'postprocessing' expects 'UINT32'": the GPU tier, docs/gpu/). Declared as FT makes it.
+SEQUENCE_LENGTH_TYPE = {"gpt": "INT32", "bloom": "INT32", "gptj": "INT32"}
+
+
+def sequence_length_type(family: str) -> str:
+    return SEQUENCE_LENGTH_TYPE.get(family, "UINT32")
 
 
 def _scalars(reshape: bool) -> list[dict]:
@@ -81,7 +93,7 @@ def _fastertransformer(family: str) -> dict[str, Any]:
     ]
     outputs = [
         _tensor("output_ids", "UINT32", [-1, -1]),
-        _tensor("sequence_length", "UINT32", [-1]),
+        _tensor("sequence_length", sequence_length_type(family), [-1]),
         _tensor("cum_log_probs", "FP32", [-1]),
         _tensor("output_log_probs", "FP32", [-1, -1]),
     ]
@@ -127,7 +139,9 @@ def _postprocessing(family: str) -> dict[str, Any]:
     inputs = [_tensor("TOKENS_BATCH", "UINT32", [-1, -1])]
     if family in _PROMPT_TUNING_FAMILIES:
         inputs.append(_tensor("RESPONSE_INPUT_LENGTHS", "INT32", [-1]))
-    inputs.append(_tensor("sequence_length", "UINT32", [-1], optional=family not in _OPTIONAL_WORDS))
+    inputs.append(
+        _tensor("sequence_length", sequence_length_type(family), [-1], optional=family not in _OPTIONAL_WORDS)
+    )
     return {
         "inputs": inputs,
         "outputs": [_tensor("OUTPUT", "STRING", [-1, -1])],
@@ -149,7 +163,7 @@ def _ensemble(family: str) -> dict[str, Any]:
         "inputs": inputs,
         "outputs": [
             _tensor("OUTPUT_0", "STRING", [-1, -1]),
-            _tensor("sequence_length", "UINT32", [-1]),
+            _tensor("sequence_length", sequence_length_type(family), [-1]),
             _tensor("cum_log_probs", "FP32", [-1]),
             _tensor("output_log_probs", "FP32", [-1, -1]),
         ],

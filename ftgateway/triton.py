@@ -103,6 +103,13 @@ def _tensor(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInpu
     return tensor
 
 
+def _length_tensor(lengths: list[int], declared: str) -> grpcclient.InferInput:
+    """sequence_length as the postprocessing model declares it: INT32 for GPT, GPT-J and BLOOM
+    (as FT answers it), UINT32 for the others (filter_plugins/ft_interface.py)."""
+    kind = "INT32" if declared.removeprefix("TYPE_") == "INT32" else "UINT32"
+    return _tensor("sequence_length", np.array([lengths], dtype=np.int32 if kind == "INT32" else np.uint32), kind)
+
+
 @dataclass
 class Tokens:
     ids: np.ndarray  # [1, n] uint32
@@ -134,7 +141,7 @@ class Triton:
         # Read from tritonserver once and kept until a call fails or the health check finds it
         # not ready: a restarted tritonserver may serve another repository (a decoupled model or
         # not, another family's postprocessing inputs), and it is unavailable while it restarts.
-        self._post_inputs: set[str] | None = None
+        self._post_inputs: dict[str, str] | None = None
         self._decoupled: bool | None = None
 
     def _forget(self) -> None:
@@ -235,12 +242,12 @@ class Triton:
         stop_ids = result.as_numpy("STOP_WORDS_IDS").astype(np.int32) if stop else None
         return Tokens(ids=ids, count=count, stop_ids=stop_ids)
 
-    async def _postprocessing_inputs(self) -> set[str]:
-        """The postprocessing model's input names (they differ by family, as upstream's do), read
-        once (see _forget)."""
+    async def _postprocessing_inputs(self) -> dict[str, str]:
+        """The postprocessing model's inputs, name to data type (they differ by family, as
+        upstream's do: sequence_length is INT32 where FT answers it so), read once (see _forget)."""
         if self._post_inputs is None:
             config = await self.client.get_model_config("postprocessing", as_json=True, client_timeout=10)
-            self._post_inputs = {i["name"] for i in config.get("config", {}).get("input", [])}
+            self._post_inputs = {i["name"]: i.get("data_type", "") for i in config.get("config", {}).get("input", [])}
         return self._post_inputs
 
     async def detokenize(self, output_ids: np.ndarray, length: int) -> str:
@@ -261,7 +268,7 @@ class Triton:
         beams = np.repeat(output_ids.reshape(1, 1, -1), len(lengths), axis=1)
         inputs = [
             _tensor("TOKENS_BATCH", beams.astype(np.uint32), "UINT32"),
-            _tensor("sequence_length", np.array([lengths], dtype=np.uint32), "UINT32"),
+            _length_tensor(lengths, declared.get("sequence_length", "TYPE_UINT32")),
         ]
         if "RESPONSE_INPUT_LENGTHS" in declared:  # GPT and BLOOM declare it (unused, as upstream's)
             inputs.append(_tensor("RESPONSE_INPUT_LENGTHS", np.zeros((1, len(lengths)), dtype=np.int32), "INT32"))

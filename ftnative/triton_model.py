@@ -36,6 +36,11 @@ class TritonPythonModel:
         self.end_id = self.model.params.get("end_id")
         config = json.loads(args["model_config"])
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+        # sequence_length in the type FT's model of this family answers it (INT32 for GPT, GPT-J and
+        # BLOOM, UINT32 for GPT-NeoX and LLaMA): what config.pbtxt declares, which
+        # filter_plugins/ft_interface.py writes from FT's sources.
+        declared = {o["name"]: o["data_type"] for o in config.get("output", [])}
+        self.length_dtype = np.int32 if declared.get("sequence_length") == "TYPE_INT32" else np.uint32
         # GPT and BLOOM's FT model (ParallelGpt) also answers response_input_lengths and, when
         # asked, context_embeddings: whatever its config.pbtxt declares.
         self.prompt_tuning = any(o["name"] == "response_input_lengths" for o in config.get("output", []))
@@ -111,7 +116,9 @@ class TritonPythonModel:
                           dtype=np.uint32)  # fmt: skip
         tensors = [
             pb_utils.Tensor("output_ids", output),
-            pb_utils.Tensor("sequence_length", np.array([[len(t) for t, *_ in row] for row in rows], dtype=np.uint32)),
+            pb_utils.Tensor(
+                "sequence_length", np.array([[len(t) for t, *_ in row] for row in rows], self.length_dtype)
+            ),
         ]
         if log_probs:
             each = np.zeros((len(rows), beams, max(request_output_len, 1)), dtype=np.float32)

@@ -1,0 +1,277 @@
+"""The real stack on a GPU (scripts/ft-gpu-check stack): tritonserver (the nvidia-pytriton wheel's,
+Triton 2.51 / r24.10) loads the FasterTransformer backend built by the project's recipe
+(roles/triton_image/files/ftb/ftb_build.py) and serves the model repository that
+roles/triton_model_repo rendered (scripts/ft-gpu-check render, on the controller, as site.yml
+renders it), with shards written by ftnative.convert. For each family a random checkpoint is made
+here with transformers (head size 64: FT's kernels refuse the lab's 16), with the lab's tokenizer.
+
+    python3 tests/gpu/stack.py --tritonserver DIR --backend DIR --repos DIR --stub-python VENV
+                               [--out DIR] [--families gpt,gptj,gptneox,bloom]
+
+Per family, with fp32 weights and data_type fp32:
+- whole: the ensemble's text over HTTP equals transformers' greedy generate(), decoded;
+- FT: the fastertransformer model's ids equal transformers' greedy tokens; beam search (width 2),
+  repetition penalty 1.3 and the cumulative log probability equal the CPU stand-in's
+  (ftnative.decode) on the same shards;
+- streamed: the decoupled repository answers through Triton's generate_stream in several
+  events, the last one equal to the whole answer.
+Prints a table, writes results.json under --out; exit status 1 when a verdict fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import check  # noqa: E402 - the GPU tier's shared pieces (models, the stand-in)
+
+torch, transformers = check.torch, check.transformers
+ROOT = check.ROOT
+TOKENIZER = ROOT / "lab" / "models" / "tiny-gpt2"  # its tokenizer.json and tokenizer_config.json
+PROMPT_TEXT = "Every role does one job"
+NEW_TOKENS = 16
+LOGPROB_TOLERANCE = check.LOGPROB_TOLERANCE
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_checkpoint(family: str, where: Path) -> tuple:
+    """A random model of the family (seed 0) with the lab tokenizer's vocabulary and end id."""
+    lab = json.loads((TOKENIZER / "config.json").read_text())
+    eos = lab["eos_token_id"]
+    config = check.FAMILIES[family][1]()
+    config.vocab_size, config.bos_token_id, config.eos_token_id = lab["vocab_size"], eos, eos
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(where, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TOKENIZER / name, where / name)
+    # As the tokenizing models load it (tokenizer_model.py): the same ids for the same prompt.
+    return model, transformers.AutoTokenizer.from_pretrained(where), eos
+
+
+@contextlib.contextmanager
+def tritonserver(args, repo: Path, work: Path):
+    """The wheel's tritonserver on 127.0.0.1 with `repo`; the stub runs on --stub-python (the
+    serving image's numpy 1.x: the r24.10 stub misreads BYTES tensors under numpy 2)."""
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    log = work / f"tritonserver-{repo.name}.log"
+    env = {
+        **os.environ,
+        "PATH": f"{args.stub_python / 'bin'}:/usr/bin:/bin",
+        "LD_LIBRARY_PATH": ":".join(str(p) for p in args.libs),
+        "HF_HUB_OFFLINE": "1",
+    }
+    argv = [
+        str(args.tritonserver / "bin" / "tritonserver"),
+        f"--model-repository={repo}",
+        f"--backend-directory={args.backends}",
+        "--http-address=127.0.0.1",
+        f"--http-port={http}",
+        "--grpc-address=127.0.0.1",
+        f"--grpc-port={grpc}",
+        f"--metrics-port={metrics}",
+        "--allow-metrics=false",
+    ]
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work)
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                with contextlib.suppress(OSError):
+                    if urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2).status == 200:
+                        break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"tritonserver did not become ready:\n{errors(log)}")
+                time.sleep(1)
+            yield f"http://127.0.0.1:{http}", log
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def errors(log: Path) -> str:
+    """Triton's error lines (E...) and what a failing model said, from the whole log."""
+    lines = log.read_text(errors="replace").splitlines()
+    picked = [line for line in lines if line[:1] == "E" or "error" in line.lower() or "Traceback" in line]
+    return "\n".join(picked[:40])[-6000:] or "\n".join(lines[-40:])
+
+
+def post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        return json.loads(urllib.request.urlopen(request, timeout=120).read())
+    except urllib.error.HTTPError as err:
+        raise RuntimeError(f"{url}: {err}: {err.read().decode()[:2000]}") from err
+
+
+def ensemble_whole(base: str, prompt: str) -> str:
+    body = {"inputs": [
+        {"name": "INPUT_0", "shape": [1, 1], "datatype": "BYTES", "data": [prompt]},
+        {"name": "INPUT_1", "shape": [1, 1], "datatype": "UINT32", "data": [NEW_TOKENS]},
+        {"name": "INPUT_2", "shape": [1, 1], "datatype": "BYTES", "data": [""]},
+        {"name": "INPUT_3", "shape": [1, 1], "datatype": "BYTES", "data": [""]},
+    ]}  # fmt: skip
+    answer = post(f"{base}/v2/models/ensemble/infer", body)
+    return next(o for o in answer["outputs"] if o["name"] == "OUTPUT_0")["data"][0]
+
+
+def ensemble_streamed(base: str, prompt: str) -> list[str]:
+    """Triton's generate_stream (server-sent events) on the decoupled ensemble: each event's text."""
+    body = {"INPUT_0": prompt, "INPUT_1": NEW_TOKENS, "INPUT_2": "", "INPUT_3": ""}
+    request = urllib.request.Request(f"{base}/v2/models/ensemble/generate_stream", data=json.dumps(body).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})  # fmt: skip
+    texts = []
+    with urllib.request.urlopen(request, timeout=120) as stream:
+        for raw in stream:
+            line = raw.decode().strip()
+            if line.startswith("data:"):
+                event = json.loads(line[len("data:") :])
+                if "error" in event:
+                    raise RuntimeError(f"generate_stream: {event['error']}")
+                value = event.get("OUTPUT_0")
+                while isinstance(value, list):  # [beam] or [batch, beam] as the server shapes it
+                    value = value[0]
+                texts.append(value)
+    return texts
+
+
+def ft_infer(base: str, ids: list, eos: int, **extra) -> dict:
+    """The fastertransformer model, as the backend's own clients call it ([batch, 1] scalars)."""
+    scalars = {"input_lengths": ("UINT32", len(ids)), "request_output_len": ("UINT32", NEW_TOKENS),
+               "start_id": ("UINT32", eos), "end_id": ("UINT32", eos), **extra}  # fmt: skip
+    inputs = [{"name": "input_ids", "shape": [1, len(ids)], "datatype": "UINT32", "data": ids}]
+    inputs += [{"name": k, "shape": [1, 1], "datatype": t, "data": [v]} for k, (t, v) in scalars.items()]
+    answer = post(f"{base}/v2/models/fastertransformer/infer", {"inputs": inputs})
+    return {o["name"]: o for o in answer["outputs"]}
+
+
+def new_beams(answer: dict, prompt_len: int) -> list:
+    ids, lengths = answer["output_ids"], answer["sequence_length"]["data"]
+    width, total = ids["shape"][1], ids["shape"][2]
+    return [ids["data"][b * total + prompt_len : b * total + lengths[b]] for b in range(width)]
+
+
+def check_family(args, family: str, work: Path) -> dict:
+    ckpt = work / family / "checkpoint"
+    model, tokenizer, eos = make_checkpoint(family, ckpt)
+    ids = tokenizer.encode(PROMPT_TEXT)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=eos,
+                             pad_token_id=eos)[0].tolist()  # fmt: skip
+    expected_new = out[len(ids) :]
+    result = {"family": family, "prompt_ids": ids, "transformers": expected_new,
+              "transformers_text": tokenizer.decode(out)}  # fmt: skip
+    for variant in ("whole", "decoupled"):
+        rendered = args.repos / variant / family
+        repo = Path(str(args.device_root)) / "repos" / variant / family  # the paths config.pbtxt names
+        shutil.rmtree(repo, ignore_errors=True)
+        shutil.copytree(rendered, repo)
+        shutil.rmtree(Path(str(args.device_root)) / "ckpt" / family, ignore_errors=True)
+        shutil.copytree(ckpt, Path(str(args.device_root)) / "ckpt" / family)
+        shards = check.convert(ckpt, repo / "fastertransformer" / "1", family, 1, "fp32", log=lambda _m: None)
+        started = time.monotonic()
+        with tritonserver(args, repo, work) as (base, log):
+            result[f"{variant}_ready_s"] = round(time.monotonic() - started, 1)
+            if variant == "whole":
+                result["ensemble_text"] = ensemble_whole(base, PROMPT_TEXT)
+                greedy = ft_infer(base, ids, eos, runtime_top_k=("UINT32", 1), is_return_log_probs=("BOOL", True))
+                result["ft"] = new_beams(greedy, len(ids))[0]
+                stand_in = check.load(shards)
+                steps = list(stand_in.steps(ids, NEW_TOKENS, end_id=eos))
+                result["stand_in"] = [s.token for s in steps]
+                result["cum_log_prob"] = {"ft": greedy["cum_log_probs"]["data"][0], "stand_in": steps[-1].cum_log_prob}
+                penal = ft_infer(base, ids, eos, runtime_top_k=("UINT32", 1), repetition_penalty=("FP32", 1.3))
+                result["ft_penalty"] = new_beams(penal, len(ids))[0]
+                result["stand_in_penalty"] = stand_in.generate(ids, NEW_TOKENS, repetition_penalty=1.3, end_id=eos)
+                # Reported, not judged: where the greedy tokens repeat nothing, a penalty changes none.
+                result["penalty_changed_tokens"] = result["ft_penalty"] != result["ft"]
+                beam = ft_infer(base, ids, eos, beam_width=("UINT32", 2), len_penalty=("FP32", 1.0))
+                result["ft_beam2"] = new_beams(beam, len(ids))
+                found = stand_in.beam_search(ids, NEW_TOKENS, 2, len_penalty=1.0, end_id=eos)
+                result["stand_in_beam2"] = [b.tokens[len(ids) :] for b in found]
+            else:
+                result["streamed_texts"] = ensemble_streamed(base, PROMPT_TEXT)
+            said = log.read_text()
+            result[f"{variant}_backend_loaded"] = "TRITONBACKEND_ModelInitialize: fastertransformer" in said or (
+                "successfully loaded 'fastertransformer'" in said
+            )
+    return result
+
+
+def verdicts(r: dict) -> dict:
+    found = {
+        "ensemble text = transformers": r["ensemble_text"] == r["transformers_text"],
+        "FT ids = transformers": r["ft"] == r["transformers"],
+        "FT ids = stand-in": r["ft"] == r["stand_in"],
+        "penalty = stand-in": r["ft_penalty"] == r["stand_in_penalty"],
+        "beam 2 = stand-in": r["ft_beam2"] == r["stand_in_beam2"],
+        "log prob within tolerance": abs(r["cum_log_prob"]["ft"] - r["cum_log_prob"]["stand_in"])
+        <= LOGPROB_TOLERANCE * NEW_TOKENS,
+        "streamed: several events": len(r["streamed_texts"]) > 1,
+        "streamed: last = whole": bool(r["streamed_texts"]) and r["streamed_texts"][-1] == r["ensemble_text"],
+    }
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tritonserver", type=Path, required=True, help="the wheel's tritonserver folder")
+    parser.add_argument("--backends", type=Path, required=True, help="backends/: fastertransformer and python")
+    parser.add_argument("--libs", type=Path, nargs="+", required=True, help="LD_LIBRARY_PATH for tritonserver")
+    parser.add_argument("--repos", type=Path, required=True, help="rendered repositories: whole/F and decoupled/F")
+    parser.add_argument("--device-root", type=Path, required=True, help="the root the rendered paths name")
+    parser.add_argument("--stub-python", type=Path, required=True, help="a virtualenv for the Python backend's stub")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--families", default="gpt,gptj,gptneox,bloom")
+    args = parser.parse_args()
+    results, failed = [], False
+    with tempfile.TemporaryDirectory(prefix="ftfleet-stack-") as tmp:
+        for family in args.families.split(","):
+            try:
+                result = check_family(args, family, Path(tmp))
+                result["verdicts"] = verdicts(result)
+            except Exception as err:  # every family is reported, a failing one included
+                result = {"family": family, "error": f"{type(err).__name__}: {err}"}
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    names = list(next((r["verdicts"] for r in results if "verdicts" in r), {}))
+    print("\n| family | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for r in results:
+        if "error" in r:
+            failed = True
+            print(f"| {r['family']} | {r['error'][:300]} |")
+            continue
+        marks = ["yes" if r["verdicts"][n] else "NO" for n in names]
+        failed |= "NO" in marks
+        print(f"| {r['family']} | " + " | ".join(marks) + " |")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "stack.json").write_text(json.dumps(results, indent=1) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
