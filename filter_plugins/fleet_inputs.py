@@ -545,6 +545,32 @@ def decoupled_problems(v: Mapping[str, Any]) -> list[str]:
     ]
 
 
+BUILD_RECIPE = "roles/triton_image/files/ftb/recipe.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _recipe_releases() -> dict[str, Any]:
+    return json.loads((PROJECT / BUILD_RECIPE).read_text())["releases"]
+
+
+def build_recipe_problems(v: Mapping[str, Any]) -> list[str]:
+    """A Triton release whose Triton+FT image cannot be built: refused with the releases that can.
+    Not checked where the image comes from an archive, or where the host serves no model."""
+    version = v.get("fleet_triton_container_version")
+    if v.get("triton_image_archive") or not v.get("fleet_model") or not isinstance(version, str):
+        return []
+    release = _recipe_releases().get(version.strip().removesuffix("-py3"))
+    if release is None or "refused" not in release:  # unknown releases: the fleet checks name them
+        return []
+    buildable = ", ".join(name for name, r in _recipe_releases().items() if "refused" not in r)
+    return [
+        f"fleet_triton_container_version={version}: no Triton+FT image can be built for it: upstream's "
+        "docker/Dockerfile pins torch 2.0.1, which has no wheel for its Python "
+        f"{release['python']}, and the project's build recipe ({BUILD_RECIPE}) refuses it: {release['refused']}; "
+        f"fix: one of {buildable}, or triton_image_archive with an image built elsewhere"
+    ]
+
+
 CHAT_TEMPLATES = "roles/gateway/files/chat-templates"
 
 
@@ -723,6 +749,7 @@ def fleet_input_problems(provided: Any, gpus: Any = None) -> list[str]:
         problems += gateway_problems(values) + decoupled_problems(values)
     if isinstance(model, Mapping) and model and not fleet_model_problems(model):
         problems += triton_model_repo_problems(values, fleet_model_resolved(model))
+    problems += build_recipe_problems(values)
     if isinstance(gpus, Mapping):
         problems += _gpu_problems(values, gpus)
     return problems

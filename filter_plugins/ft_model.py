@@ -200,6 +200,32 @@ def ft_parallelism_problems(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = 
     return problems
 
 
+# The head sizes FT's decoder attention has kernels for: the dispatch on hidden_size_per_head in
+# src/fastertransformer/kernels/decoder_masked_multihead_attention.cu (NVIDIA/FasterTransformer
+# df4a753; void-main's fork e770ddf, which serves LLaMA, has no 112). Any other size falls to
+# `default: assert(false)`, which a release build compiles out: the model loads and answers
+# garbage. The lab's stand-in decodes any size; FT does not.
+FT_HEAD_SIZES = (32, 48, 64, 80, 96, 112, 128, 144, 160, 192, 224, 256)
+VOID_MAIN_HEAD_SIZES = tuple(size for size in FT_HEAD_SIZES if size != 112)
+_KERNELS = "decoder_masked_multihead_attention.cu"
+
+
+def ft_kernel_problems(params: Any) -> list[str]:
+    """What FT's kernels cannot run for the model (empty when it can), as sentences."""
+    sizes = require_params(params, ("head_num", "size_per_head"), "ft_kernel_problems")
+    family = get_family(params.get("family"), "ft_kernel_problems")
+    void_main = family.flavour == "void-main"
+    valid = VOID_MAIN_HEAD_SIZES if void_main else FT_HEAD_SIZES
+    if sizes["size_per_head"] in valid:
+        return []
+    source = f"{'void-main/' if void_main else 'NVIDIA/'}FasterTransformer's {_KERNELS}"
+    return [
+        f"head size {sizes['size_per_head']} ({params.get('hidden_size', '?')} hidden / {sizes['head_num']} heads) "
+        f"has no kernel in FT's decoder attention (sizes {', '.join(map(str, valid))}; {source}): FT would load "
+        "the model and answer garbage"
+    ]
+
+
 def ft_check_parallelism(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = None) -> Any:
     problems = ft_parallelism_problems(params, tp, pp, gpu_count)
     if problems:
@@ -213,5 +239,6 @@ class FilterModule:
             "ft_model_params": ft_model_params,
             "ft_check_parallelism": ft_check_parallelism,
             "ft_parallelism_problems": ft_parallelism_problems,
+            "ft_kernel_problems": ft_kernel_problems,
             "ft_token_id_problems": ft_token_id_problems,
         }

@@ -26,6 +26,7 @@ PLAY = """
     gpu_facts_fact_path: {facts}
     gpu_facts_nvidia_smi: {smi}
     fleet_model: {model}
+    triton_image_recipe: {recipe}
   roles:
     - gpu_facts
   tasks:
@@ -38,6 +39,25 @@ PLAY = """
 """
 
 
+RECIPE = ROOT / "roles" / "triton_image" / "files" / "ftb"
+
+
+def specs_for(playbook, tmp_path, family: str, recipe: bool, gpus: str = "a100x1") -> dict:
+    out = tmp_path / "specs.json"
+    play = playbook(
+        PLAY.format(
+            facts=tmp_path / "facts.d",
+            smi=ROOT / "tests" / "fixtures" / "gpus" / gpus / "nvidia-smi",
+            model=json.dumps({"name": "kogpt", "family": family}),
+            recipe=json.dumps(recipe),
+            out=out,
+        )
+    )
+    result = run_playbook(play, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(out.read_text())
+
+
 @pytest.mark.parametrize(
     ("family", "ft_repo", "backend_repo"),
     [
@@ -48,18 +68,8 @@ PLAY = """
     ],
 )  # fmt: skip
 def test_builds_match_the_seeds_manual_commands(playbook, tmp_path, family, ft_repo, backend_repo):
-    out = tmp_path / "specs.json"
-    play = playbook(
-        PLAY.format(
-            facts=tmp_path / "facts.d",
-            smi=ROOT / "tests" / "fixtures" / "gpus" / "a100x1" / "nvidia-smi",
-            model=json.dumps({"name": "kogpt", "family": family}),
-            out=out,
-        )
-    )
-    result = run_playbook(play, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}")
-    assert result.returncode == 0, result.stdout + result.stderr
-    specs = json.loads(out.read_text())
+    """Without the recipe (triton_image_recipe: false), the Triton image is upstream's build."""
+    specs = specs_for(playbook, tmp_path, family, recipe=False)
     assert specs["ft"] == {
         "repo_url": ft_repo,
         "ref": "main",
@@ -71,4 +81,34 @@ def test_builds_match_the_seeds_manual_commands(playbook, tmp_path, family, ft_r
         "ref": "main",
         "dockerfile": "docker/Dockerfile",
         "build_args": {"TRITON_VERSION": "22.04"},
+        "context_files": [],
     }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [("gptj", "nvidia", "a100x1", "80"), ("llama", "void-main", "l40sx4", "89")],
+    ids=lambda case: case[0],
+)
+def test_the_triton_image_is_built_by_the_recipe_for_the_hosts_gpus(playbook, tmp_path, case):
+    """By default the recipe's Dockerfile in the backend's sources at the recipe's commit, with
+    the recipe's files added, for every distinct SM of the host's GPUs (as the FT image)."""
+    family, flavour, gpus, sm = case
+    pins = json.loads((RECIPE / "recipe.json").read_text())["flavours"][flavour]
+    specs = specs_for(playbook, tmp_path, family, recipe=True, gpus=gpus)
+    assert specs["triton"] == {
+        "repo_url": pins["backend"]["url"],
+        "ref": pins["backend"]["commit"],
+        "dockerfile": "ftfleet/Dockerfile",
+        "build_args": {"TRITON_VERSION": "22.04", "SM": sm, "FLAVOUR": flavour, "BUILD_MULTI_GPU": "ON",
+                       "TORCH": "OFF"},
+        "context_files": [{"src": str(RECIPE / name), "dest": f"ftfleet/{name}"}
+                          for name in ("Dockerfile", "ftb_build.py", "recipe.json")],
+    }  # fmt: skip
+    assert specs["ft"]["build_args"]["SM"] == sm
+    # Every build arg the role passes is one the Dockerfile declares, and it runs the recipe with each.
+    dockerfile = (RECIPE / "Dockerfile").read_text()
+    for name in specs["triton"]["build_args"]:
+        assert f"ARG {name}" in dockerfile, name
+        assert "${" + name + "}" in dockerfile, name
+    assert "ftfleet/ftb_build.py image" in dockerfile

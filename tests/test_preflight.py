@@ -67,6 +67,8 @@ def lab(tmp_path_factory):
         "gptj": model_repo(root, "gpt-j-6b", GPTJ_6B),
         # A GPT-J-shaped model of 600 layers: about 120 B parameters, for the disk and memory checks.
         "huge": model_repo(root, "huge", {**GPTJ_6B, "n_layer": 600}, weights={"pytorch_model.bin": 240 * 10**9}),
+        # GPT-2 small's width in 48 heads of 16: a head size FT's decoder attention has no kernel for.
+        "narrow": model_repo(root, "narrow", {**GPT2, "n_head": 48}),
     }
     return {"root": root, "inventory": inventory, "sources": sources}
 
@@ -115,6 +117,11 @@ GPTJ = {"name": "gpt-j-6b", "family": "gptj", "source": {"revision": "main"}, "w
         ("tp does not divide head_num", "mixed8", {"model": "gptj", "fleet_gpu_devices": [0, 1, 2]},
          ["fleet_tensor_para_size=3, fleet_pipeline_para_size=1, fleet_gpu_devices=[0, 1, 2] for gpt-j-6b: "
           "tensor_para_size 3 does not divide head_num 16 (valid: 1, 2, 4, 8, 16)"]),
+        ("head size FT has no kernel for", "a100x1", {"model": "narrow"},
+         ["fleet_model narrow: head size 16 (768 hidden / 48 heads) has no kernel in FT's decoder attention (sizes "
+          "32, 48, 64, 80, 96, 112, 128, 144, 160, 192, 224, 256; NVIDIA/FasterTransformer's "
+          "decoder_masked_multihead_attention.cu): FT would load the model and answer garbage; fix: serve a model "
+          "whose head size FT has kernels for"]),
         ("more GPUs than present", "a100x1", {"fleet_gpu_devices": [0, 1]},
          ["fleet_gpu_devices=[0, 1]: GPU index 1 does not exist (the host has 1 GPU(s): 0)"]),
         ("device index that does not exist", "mixed8", {"fleet_gpu_devices": [0, 9]},
@@ -151,8 +158,10 @@ def test_bad_input_fails_before_any_change_naming_every_problem(lab, case, gpus,
     token_required = overrides.pop("token_required", None)
     revision = overrides.pop("revision", None)
     if model:
-        name = {"gptj": "gpt-j-6b", "huge": "huge"}[model]
-        overrides["fleet_model"] = {**GPTJ, "name": name, "source": {"url": lab["sources"][model], "revision": "main"}}
+        name = {"gptj": "gpt-j-6b", "huge": "huge", "narrow": "narrow"}[model]
+        family = {"family": "gpt", "weight_dtype": "fp16"} if model == "narrow" else {}
+        overrides["fleet_model"] = {**GPTJ, **family, "name": name,
+                                    "source": {"url": lab["sources"][model], "revision": "main"}}  # fmt: skip
     if token_required is not None or revision:
         base = overrides.get("fleet_model") or {
             "name": "gpt2", "family": "gpt", "source": {"url": lab["sources"]["gpt2"], "revision": "main"}}  # fmt: skip

@@ -10,7 +10,7 @@ from cuda_compat import cuda_sm, triton_driver_ok, triton_min_driver
 from ft_commands import ft_converter_argv, ft_gemm_argv
 from ft_families import FAMILIES, AnsibleFilterError, ft_family
 from ft_layout import ft_config_ini, ft_expected_files, ft_parameter_count, ft_shard_dir, ft_weight_bytes_per_gpu
-from ft_model import ft_check_parallelism, ft_model_params, ft_parallelism_problems
+from ft_model import ft_check_parallelism, ft_kernel_problems, ft_model_params, ft_parallelism_problems
 
 
 def params(seed: str) -> dict:
@@ -604,3 +604,36 @@ def test_a_config_json_that_disagrees_with_its_tokenizer_is_refused_with_the_fix
     assert "huggyllama/llama-7b" in problems[1]
     assert ft_token_id_problems({**LLAMA_7B, "bos_token_id": 1, "eos_token_id": 2}, decapoda) == []
     assert ft_token_id_problems(LLAMA_7B, None) == []  # an older cache without the tokenizer's ids
+
+
+@pytest.mark.parametrize("name", sorted(SEEDS))
+def test_every_seed_models_head_size_has_an_ft_kernel(name):
+    family, config = SEEDS[name]
+    assert ft_kernel_problems(ft_model_params(config, family)) == []
+
+
+@pytest.mark.parametrize(
+    ("family", "config", "words"),
+    [
+        ("gpt", {**GPT2, "n_head": 48},
+         "head size 16 (768 hidden / 48 heads) has no kernel in FT's decoder attention (sizes 32, 48, 64, 80, 96, "
+         "112, 128, 144, 160, 192, 224, 256; NVIDIA/FasterTransformer's decoder_masked_multihead_attention.cu)"),
+        ("gptj", {**GPTJ_6B, "n_head": 128}, None),  # 32
+        ("gptneox", {**H2OGPT_6_9B, "hidden_size": 3584, "num_attention_heads": 32}, None),  # 112
+        ("llama", {**LLAMA_7B, "hidden_size": 3584, "num_attention_heads": 32},
+         "head size 112 (3584 hidden / 32 heads) has no kernel in FT's decoder attention (sizes 32, 48, 64, 80, 96, "
+         "128, 144, 160, 192, 224, 256; void-main/FasterTransformer's"),
+    ],
+)  # fmt: skip
+def test_head_sizes_without_an_ft_kernel_are_named(family, config, words):
+    problems = ft_kernel_problems(ft_model_params(config, family))
+    if words is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1
+        assert words in problems[0]
+
+
+def test_kernel_problems_need_the_models_sizes():
+    with pytest.raises(AnsibleFilterError, match="ft_kernel_problems"):
+        ft_kernel_problems({"family": "gpt"})

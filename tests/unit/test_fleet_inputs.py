@@ -370,3 +370,26 @@ def test_the_check_never_deep_copies_the_containers_ansible_hands_it():
     problems = fleet_input_problems(plain)
     assert [p.split(":")[0] for p in problems] == ["docker_engine_daemon_options='not a dict'"], problems
     assert fleet_input_problems(Lazy(provided)) == problems
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({"fleet_triton_container_version": "25.04"}, True),
+        ({"fleet_triton_container_version": "25.04-py3"}, True),
+        ({"fleet_triton_container_version": "24.10"}, False),
+        ({"fleet_triton_container_version": "22.04"}, False),
+        ({"fleet_triton_container_version": "25.04", "triton_image_archive": "/srv/images/triton.tar"}, False),
+        ({"fleet_triton_container_version": "25.04", "fleet_model": {}}, False),
+    ],
+)
+def test_a_triton_release_no_image_can_be_built_for_is_refused(change, refused):
+    values = {**GOOD, **change}
+    problems = [p for p in fleet_input_problems(values) if "no Triton+FT image can be built" in p]
+    assert bool(problems) == refused, problems
+    if refused:
+        assert problems[0].startswith(f"fleet_triton_container_version={change['fleet_triton_container_version']}: ")
+        assert "torch 2.0.1, which has no wheel for its Python 3.12" in problems[0]
+        assert "roles/triton_image/files/ftb/recipe.json" in problems[0]
+        assert "fix: one of 22.03, 22.04, " in problems[0]
+        assert ", 24.12, or triton_image_archive" in problems[0]

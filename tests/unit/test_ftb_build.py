@@ -54,11 +54,11 @@ def test_a_refused_release_says_why_and_names_the_buildable():
 
 
 def test_the_plan_for_the_default_release():
-    steps = ftb.plan(RECIPE, "22.04-py3", "triton", sm="86,80", cuda="11.6", multi_gpu=True)
+    steps = ftb.plan(RECIPE, "22.04-py3", "nvidia", sm="86,80", cuda="11.6", multi_gpu=True)
     assert (steps["triton_version"], steps["python"], steps["cuda_key"]) == ("22.04", "3.8", True)
     assert steps["sm"] == "80,86"
     assert steps["sources"]["core"] == {"url": RECIPE["triton_repos"]["core"], "branch": "r22.04"}
-    assert steps["sources"]["FasterTransformer"]["commit"] == RECIPE["flavours"]["triton"]["ft"]["commit"]
+    assert steps["sources"]["FasterTransformer"]["commit"] == RECIPE["flavours"]["nvidia"]["ft"]["commit"]
     assert {"-DSM=80,86", "-DBUILD_MULTI_GPU=ON", "-DCXX_STD=14"} <= set(steps["cmake"])
     assert "-DUSE_NVTX=OFF" not in steps["cmake"]
     assert not any("CCCL" in edit for edit in steps["edits"])  # CUDA 11.6 keeps cub::Max and cub::Sum
@@ -70,7 +70,7 @@ def test_cuda_13_builds_cxx17_and_refuses_old_sms():
     assert steps["sources"]["fastertransformer_backend"]["url"].startswith("https://github.com/void-main/")
     assert any("CCCL" in edit for edit in steps["edits"])
     with pytest.raises(ftb.RecipeError, match=r"CUDA 13\.0 builds SM 75 and newer only"):
-        ftb.plan(RECIPE, "24.10", "triton", sm="70,90", cuda="13.0")
+        ftb.plan(RECIPE, "24.10", "nvidia", sm="70,90", cuda="13.0")
 
 
 @pytest.mark.parametrize("sm", ["", "8.0", "sm_80", "80;x"])
@@ -80,7 +80,7 @@ def test_a_bad_sm_value_is_named(sm):
 
 
 def test_an_unknown_flavour_is_named():
-    with pytest.raises(ftb.RecipeError, match="--flavour 'mine': one of triton, void-main"):
+    with pytest.raises(ftb.RecipeError, match="--flavour 'mine': one of nvidia, void-main"):
         ftb.plan(RECIPE, "24.10", "mine")
 
 
@@ -172,3 +172,29 @@ def test_the_command_line_lists_the_versions(capsys):
     assert "24.10" in json.loads(capsys.readouterr().out)["buildable"]
     assert ftb.main(["plan", "--triton-version", "25.04"]) == 1
     assert "error: Triton 25.04" in capsys.readouterr().err
+
+
+def test_the_recipes_flavours_are_the_family_registrys():
+    from ft_families import FAMILIES, FLAVOURS  # noqa: PLC0415
+
+    assert set(RECIPE["flavours"]) == set(FLAVOURS) == {f.flavour for f in FAMILIES.values()}
+    for name, flavour in FLAVOURS.items():
+        assert RECIPE["flavours"][name]["ft"]["url"] == flavour["ft_repo"]
+        assert RECIPE["flavours"][name]["backend"]["url"] == flavour["backend_repo"]
+
+
+@pytest.mark.parametrize(("version", "key", "numpy"), [("22.04", True, "1.24.4"), ("24.10", False, "1.26.4")])
+def test_the_image_step_installs_what_the_release_needs_then_builds(monkeypatch, version, key, numpy):
+    ran, built = [], []
+    monkeypatch.setattr(ftb, "_run", lambda argv, **_kw: ran.append(argv))
+    monkeypatch.setattr(ftb, "build", lambda args, recipe: built.append(args.backend_src))
+    assert (
+        ftb.main(["image", "--triton-version", version, "--sm", "80", "--backend-src", "/ctx", "--work", "/tmp/w"]) == 0
+    )
+    assert [argv[:2] == ["apt-key", "adv"] for argv in ran].count(True) == (1 if key else 0)
+    pip = next(argv for argv in ran if "pip" in argv)
+    assert f"numpy=={numpy}" in pip
+    assert "transformers==4.46.3" in pip
+    assert not any(arg.startswith("torch==") for arg in pip)  # only with --torch
+    assert built == ["/ctx"]
+    assert ran[-1][:2] == ["apt-get", "clean"]

@@ -6,10 +6,10 @@ tritonserver image) and the GPU tier (scripts/ft-gpu-check stack, on a GPU machi
 sources) run this same file, with the pins of recipe.json beside it:
 
     ftb_build.py versions                        the Triton releases it builds, and those it refuses
-    ftb_build.py plan --triton-version 24.10 [--flavour triton|void-main] [--sm 80,90] [--cuda 12.6]
+    ftb_build.py plan --triton-version 24.10 [--flavour nvidia|void-main (ft_families.py)] [--sm 80,90] [--cuda 12.6]
     ftb_build.py build --triton-version 24.10 --sm 90 [--flavour F] [--multi-gpu] [--sources DIR]
                        [--work DIR] [--prefix DIR] [--jobs N] [--rapidjson-dir DIR]
-    ftb_build.py image --triton-version 24.10 --sm 80,90 [--flavour F] [--multi-gpu] [--torch]
+    ftb_build.py image --triton-version 24.10 --sm 80,90 [--flavour F] [--multi-gpu] [--torch] [--backend-src DIR]
     ftb_build.py edit-ft DIR [--cuda 13.0]       only the source edits, on an FT tree (GPU tier's driver)
 
 `build` takes the pinned sources from their git remotes, or from --sources DIR (a directory or a
@@ -256,7 +256,7 @@ def kernel_architectures(backend_tree: Path, cuda: str) -> list:
 def plan(
     recipe: dict,
     triton_version: str,
-    flavour: str = "triton",
+    flavour: str = "nvidia",
     *,
     sm: str = "80",
     cuda: str = "",
@@ -352,10 +352,11 @@ def _link(link: Path, target: Path) -> None:
     link.symlink_to(target.resolve(), target_is_directory=True)
 
 
-def fetch(sources: dict, sources_dir: str, work: Path) -> dict:
-    """Each part at its pin, under work/src: from sources_dir (a directory or NAME.tar.xz each,
-    air-gapped sites and the GPU tier) or from its git remote. A part whose pin is unchanged is
-    kept as it is (its objects with it)."""
+def fetch(sources: dict, sources_dir: str, work: Path, given: dict | None = None) -> dict:
+    """Each part at its pin, under work/src: from `given` ({part: a checkout at its pin}: the
+    image's build context), from sources_dir (a directory or NAME.tar.xz each, air-gapped sites
+    and the GPU tier) or from its git remote. A part whose pin is unchanged is kept as it is (its
+    objects with it)."""
     src = work / "src"
     src.mkdir(parents=True, exist_ok=True)
     trees = {}
@@ -366,7 +367,9 @@ def fetch(sources: dict, sources_dir: str, work: Path) -> dict:
         if tree.is_dir() and stamp.is_file() and stamp.read_text() == want:
             continue
         shutil.rmtree(tree, ignore_errors=True)
-        if sources_dir:
+        if name in (given or {}):
+            shutil.copytree(given[name], tree, symlinks=True, ignore=shutil.ignore_patterns(".git", "ftfleet"))
+        elif sources_dir:
             _local(name, pin, sources_dir, src)
         elif "commit" in pin:
             _run(["git", "clone", "--quiet", "--no-checkout", pin["url"], str(tree)])
@@ -390,7 +393,8 @@ def build(args: argparse.Namespace, recipe: dict) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
     say(f"Triton {steps['triton_version']} {args.flavour} backend for SM {steps['sm']} with CUDA {cuda} in {work}")
-    trees = fetch(steps["sources"], args.sources, work)
+    given = {"fastertransformer_backend": args.backend_src} if getattr(args, "backend_src", "") else None
+    trees = fetch(steps["sources"], args.sources, work, given)
     for line in apply_edits(trees, cuda) + kernel_architectures(trees["backend"], cuda):
         say("edited " + line)
     obj = work / "obj"
@@ -452,7 +456,7 @@ def main(argv: list | None = None) -> int:
     for name in ("plan", "build", "image"):
         cmd = sub.add_parser(name)
         cmd.add_argument("--triton-version", required=True)
-        cmd.add_argument("--flavour", default="triton")
+        cmd.add_argument("--flavour", default="nvidia")
         cmd.add_argument("--sm", required=name != "plan", default="80")
         cmd.add_argument("--multi-gpu", action="store_true")
         cmd.add_argument("--prefix", default="/opt/tritonserver")
@@ -468,6 +472,7 @@ def main(argv: list | None = None) -> int:
             cmd.add_argument(
                 "--torch", action="store_true", help="also the pinned torch (none of ftfleet's models need it)"
             )
+            cmd.add_argument("--backend-src", default="", help="fastertransformer_backend at its pin (the context)")
     edit = sub.add_parser("edit-ft")
     edit.add_argument("tree")
     edit.add_argument("--cuda", default="")
