@@ -132,9 +132,13 @@ GPTJ = {"name": "gpt-j-6b", "family": "gptj", "source": {"revision": "main"}, "w
           "revision and the previous); the fp32 shards", "GB, twice (this revision's and the previous)",
           "fix: free space or point fleet_data_root",
           "fleet_tensor_para_size=1: huge needs", "MiB of weights per GPU at fp16"]),
-        ("driver too old for the container", "a100x1", {"fleet_triton_container_version": "25.04"},
+        # 25.04's image from elsewhere (an archive: no image can be built for it here, the next case)
+        ("driver too old for the container", "a100x1",
+         {"fleet_triton_container_version": "25.04", "triton_image_archive": "/srv/images/tritonserver-ft-25.04.tar"},
          ["installed driver=535.104.05 with fleet_triton_container_version=25.04: driver 535.104.05 is too old "
           "for Triton 25.04 (CUDA 12.9): needs R575 or later"]),
+        ("a release no image can be built for", "a100x1", {"fleet_triton_container_version": "25.04"},
+         ["fleet_triton_container_version=25.04: no Triton+FT image can be built for it", "fix: one of 22.03, "]),
         ("missing token", "a100x1", {"token_required": True},
          ["fleet_hf_token is empty but fleet_model.source.token_required is true"]),
         ("bad model definition", "a100x1", {"fleet_model": {"name": "", "family": "gpt3", "source": {"url": "x"}}},
