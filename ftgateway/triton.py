@@ -351,6 +351,11 @@ def _beams(result) -> list[Step]:
     output_ids = result.as_numpy("output_ids")  # [1, beams, L]
     output_ids = output_ids.reshape(1, 1, -1) if output_ids.ndim < 3 else output_ids
     lengths = result.as_numpy("sequence_length").reshape(-1)
+    if lengths.size and int(lengths.max()) > output_ids.shape[-1]:
+        # FT's streamed GPT-NeoX did so before the recipe's edit: say it, rather than decode a
+        # sequence that is not there.
+        raise InferenceServerException(f"the fastertransformer model answered sequence_length {int(lengths.max())}"
+                                       f" past its {output_ids.shape[-1]} output_ids")  # fmt: skip
     log_probs = result.as_numpy("output_log_probs")  # [1, beams, request_output_len] when asked
     return [Step(output_ids=output_ids[:1, b : b + 1], sequence_length=int(lengths[b]),
                  log_probs=None if log_probs is None else log_probs.reshape(len(lengths), -1)[b])

@@ -14,7 +14,13 @@ Per family, with fp32 weights and data_type fp32:
   repetition penalty 1.3 and the cumulative log probability equal the CPU stand-in's
   (ftnative.decode) on the same shards;
 - streamed: the decoupled repository answers through Triton's generate_stream in several
-  events, the last one equal to the whole answer.
+  events, the last one equal to the whole answer;
+- the gateway (--gateway-python: a virtualenv with roles/gateway/files/requirements.txt, the
+  ftgateway package zipped by roles/gateway/files/pack-app, as the role installs both) in front of
+  each repository, tokenizing itself (the role's default) and through the repository's models, and
+  the openai client (--client-python; tests/gpu/gateway_client.py) asking it: greedy, streamed,
+  repetition penalty 1.3, best_of 2, logprobs and a stop sequence, each equal to transformers'
+  or the stand-in's answer decoded.
 Prints a table, writes results.json under --out; exit status 1 when a verdict fails.
 """
 
@@ -33,6 +39,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -101,7 +108,7 @@ def tritonserver(args, repo: Path, work: Path):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"tritonserver did not become ready:\n{errors(log)}")
                 time.sleep(1)
-            yield f"http://127.0.0.1:{http}", log
+            yield f"http://127.0.0.1:{http}", f"127.0.0.1:{grpc}", log
         finally:
             proc.terminate()
             try:
@@ -182,7 +189,7 @@ def check_family(args, family: str, work: Path) -> dict:
                              pad_token_id=eos)[0].tolist()  # fmt: skip
     expected_new = out[len(ids) :]
     result = {"family": family, "prompt_ids": ids, "transformers": expected_new,
-              "transformers_text": tokenizer.decode(out)}  # fmt: skip
+              "transformers_text": tokenizer.decode(out), "_tokenizer": tokenizer}  # fmt: skip
     for variant in ("whole", "decoupled"):
         rendered = args.repos / variant / family
         repo = Path(str(args.device_root)) / "repos" / variant / family  # the paths config.pbtxt names
@@ -192,7 +199,7 @@ def check_family(args, family: str, work: Path) -> dict:
         shutil.copytree(ckpt, Path(str(args.device_root)) / "ckpt" / family)
         shards = check.convert(ckpt, repo / "fastertransformer" / "1", family, 1, "fp32", log=lambda _m: None)
         started = time.monotonic()
-        with tritonserver(args, repo, work) as (base, log):
+        with tritonserver(args, repo, work) as (base, grpc, log):
             result[f"{variant}_ready_s"] = round(time.monotonic() - started, 1)
             if variant == "whole":
                 result["ensemble_text"] = ensemble_whole(base, PROMPT_TEXT)
@@ -202,6 +209,10 @@ def check_family(args, family: str, work: Path) -> dict:
                 steps = list(stand_in.steps(ids, NEW_TOKENS, end_id=eos))
                 result["stand_in"] = [s.token for s in steps]
                 result["cum_log_prob"] = {"ft": greedy["cum_log_probs"]["data"][0], "stand_in": steps[-1].cum_log_prob}
+                # The gateway's greedy with log probabilities: FT's top-p path with a tiny p.
+                tiny = ft_infer(base, ids, eos, runtime_top_k=("UINT32", 0), runtime_top_p=("FP32", 1e-6),
+                                is_return_log_probs=("BOOL", True))  # fmt: skip
+                result["ft_top_p_tiny"] = {k: {"shape": v["shape"], "data": v["data"][:64]} for k, v in tiny.items()}
                 penal = ft_infer(base, ids, eos, runtime_top_k=("UINT32", 1), repetition_penalty=("FP32", 1.3))
                 result["ft_penalty"] = new_beams(penal, len(ids))[0]
                 result["stand_in_penalty"] = stand_in.generate(ids, NEW_TOKENS, repetition_penalty=1.3, end_id=eos)
@@ -213,11 +224,128 @@ def check_family(args, family: str, work: Path) -> dict:
                 result["stand_in_beam2"] = [b.tokens[len(ids) :] for b in found]
             else:
                 result["streamed_texts"] = ensemble_streamed(base, PROMPT_TEXT)
+            if args.gateway_python:
+                target = Target(family, grpc, Path(str(args.device_root)) / "ckpt" / family, work)
+                greedy = expected_text(tokenizer, ids, expected_new)
+                for mode in ("local", "remote"):
+                    answers = ask_gateway(args, target, local=mode == "local", greedy=greedy)
+                    result.setdefault("gateway", {})[f"{variant}/{mode}"] = answers
             said = log.read_text()
             result[f"{variant}_backend_loaded"] = "TRITONBACKEND_ModelInitialize: fastertransformer" in said or (
                 "successfully loaded 'fastertransformer'" in said
             )
     return result
+
+
+def expected_text(tokenizer, ids: list, new: list) -> str:
+    """A completion's text as the gateway answers it: the new tokens' text, special tokens left out."""
+    prompt = tokenizer.decode(ids, skip_special_tokens=True)
+    return tokenizer.decode(list(ids) + list(new), skip_special_tokens=True)[len(prompt) :]
+
+
+def stop_for(text: str) -> str:
+    """A stop sequence the greedy answer holds past its start: its second word (the gateway
+    refuses commas in stop sequences), or three characters from its middle."""
+    words = [w for w in text.replace(",", " ").split() if w]
+    if len(words) > 1:
+        return words[1]
+    middle = text.replace(",", "")[len(text) // 2 : len(text) // 2 + 3]
+    return middle if middle.strip() else ""
+
+
+class Target(NamedTuple):
+    """What a gateway serves: the family (its model name), tritonserver's gRPC address, the
+    checkpoint's directory (its tokenizer) and where its files go."""
+
+    family: str
+    grpc: str
+    checkpoint: Path
+    work: Path
+
+
+@contextlib.contextmanager
+def gateway(args, target: Target, *, local: bool):
+    """The project's gateway on 127.0.0.1 in front of the target's tritonserver."""
+    family, grpc, checkpoint, work = target
+    port = free_port()
+    settings = work / f"gateway-{family}-{port}.json"
+    settings.write_text(json.dumps({
+        "model": family, "triton_grpc": grpc, "context_length": 128, "max_tokens_limit": 64,
+        "allow_anonymous": True, "request_timeout_s": 120.0,
+        "tokenizer_dir": str(checkpoint) if local else "", "checkpoint_dir": str(checkpoint),
+    }))  # fmt: skip
+    log = work / f"gateway-{family}-{port}.log"
+    env = {**os.environ, "PYTHONPATH": str(args.gateway_app), "HF_HUB_OFFLINE": "1"}
+    argv = [str(args.gateway_python / "bin" / "python3"), "-m", "ftgateway", "--config", str(settings),
+            "--port", str(port)]  # fmt: skip
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work)
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                with contextlib.suppress(OSError):
+                    if urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).status == 200:
+                        break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the gateway did not become ready:\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+            yield f"http://127.0.0.1:{port}/v1", log
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def ask_gateway(args, target: Target, *, local: bool, greedy: str) -> dict:
+    """The openai client's answers through the gateway (gateway_client.py in --client-python)."""
+    stop, family = stop_for(greedy), target.family
+    with gateway(args, target, local=local) as (base, log):
+        argv = [str(args.client_python / "bin" / "python3"), str(HERE / "gateway_client.py"), "--base", base,
+                "--model", family, "--prompt", PROMPT_TEXT, "--tokens", str(NEW_TOKENS), "--stop", stop]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"gateway_client.py failed: {done.stderr[-3000:]}\ngateway: {log.read_text()[-3000:]}")
+    found = json.loads(done.stdout)
+    if found["errors"]:
+        found["gateway_log"] = log.read_text(errors="replace")[-4000:]
+    return {"stop_sequence": stop, **found}
+
+
+def gateway_verdicts(r: dict) -> dict:
+    """Every gateway run (whole/decoupled repository x local/remote tokenizing) against transformers
+    and the stand-in, decoded as the gateway answers."""
+    tok = r["_tokenizer"]
+    ids = r["prompt_ids"]
+    greedy = expected_text(tok, ids, r["transformers"])
+    penalty = expected_text(tok, ids, r["stand_in_penalty"])
+    beams = [expected_text(tok, ids, b) for b in r["stand_in_beam2"]]
+    runs = r["gateway"].items()
+
+    def cut(run: dict) -> dict:
+        stop = run["stop_sequence"]
+        return {"text": greedy[: greedy.find(stop)], "finish_reason": "stop"} if stop in greedy else run.get("stop")
+
+    return {
+        "gateway: every request answered": not any(run["errors"] for _, run in runs),
+        "gateway: models lists it": all(run.get("models") == [r["family"]] for _, run in runs),
+        "gateway: greedy = transformers": all(run.get("greedy", {}).get("text") == greedy for _, run in runs),
+        "gateway: streamed = whole": all("".join(run.get("streamed", ["-"])) == greedy for _, run in runs),
+        "gateway: decoupled streams in pieces": all(
+            len(run.get("streamed", [])) > 1 for k, run in runs if k.startswith("dec")
+        ),
+        "gateway: penalty = stand-in": all(run.get("penalty") == penalty for _, run in runs),
+        "gateway: beam 2 = stand-in": all(run.get("beam2") == beams for _, run in runs),
+        "gateway: log prob within tolerance": all(
+            "logprobs" in run
+            and run["logprobs"]["text"] == greedy
+            and abs(sum(run["logprobs"]["token_logprobs"]) - r["cum_log_prob"]["stand_in"])
+            <= LOGPROB_TOLERANCE * NEW_TOKENS
+            for _, run in runs
+        ),
+        "gateway: stop = stand-in cut": all(run.get("stop") == cut(run) for _, run in runs),
+    }
 
 
 def verdicts(r: dict) -> dict:
@@ -232,6 +360,8 @@ def verdicts(r: dict) -> dict:
         "streamed: several events": len(r["streamed_texts"]) > 1,
         "streamed: last = whole": bool(r["streamed_texts"]) and r["streamed_texts"][-1] == r["ensemble_text"],
     }
+    if "gateway" in r:
+        found.update(gateway_verdicts(r))
     return found
 
 
@@ -243,15 +373,21 @@ def main() -> int:
     parser.add_argument("--repos", type=Path, required=True, help="rendered repositories: whole/F and decoupled/F")
     parser.add_argument("--device-root", type=Path, required=True, help="the root the rendered paths name")
     parser.add_argument("--stub-python", type=Path, required=True, help="a virtualenv for the Python backend's stub")
+    parser.add_argument("--gateway-python", type=Path, default=None, help="the gateway's virtualenv (none: no gateway)")
+    parser.add_argument("--gateway-app", type=Path, default=None, help="ftgateway.zip (roles/gateway/files/pack-app)")
+    parser.add_argument("--client-python", type=Path, default=None, help="a virtualenv with the openai package")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--families", default="gpt,gptj,gptneox,bloom")
     args = parser.parse_args()
+    if args.gateway_python and not (args.gateway_app and args.client_python):
+        parser.error("--gateway-python needs --gateway-app and --client-python")
     results, failed = [], False
     with tempfile.TemporaryDirectory(prefix="ftfleet-stack-") as tmp:
         for family in args.families.split(","):
             try:
                 result = check_family(args, family, Path(tmp))
                 result["verdicts"] = verdicts(result)
+                result.pop("_tokenizer", None)
             except Exception as err:  # every family is reported, a failing one included
                 result = {"family": family, "error": f"{type(err).__name__}: {err}"}
             results.append(result)

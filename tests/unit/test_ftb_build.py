@@ -84,6 +84,19 @@ def test_an_unknown_flavour_is_named():
         ftb.plan(RECIPE, "24.10", "mine")
 
 
+# GptNeoX::setOutputTensors at df4a753 (and void-main's e770ddf), the lines the edits change.
+NEOX_PATH = "src/fastertransformer/models/gptneox/GptNeoX.cc"
+NEOX_GATHER = """\
+        param.beams                = transposed_output_ids_buf_;
+        param.max_sequence_lengths = sequence_lengths_;
+        param.output_ids                      = output_tensors->at("output_ids").getPtr<int>();
+        invokeGatherTree(param);
+        invokeCudaD2DcpyConvert(
+            sequence_lengths, sequence_lengths_, output_tensors->at("sequence_length").size(), stream_);
+        sync_check_cuda_error();
+"""
+
+
 def _trees(tmp_path: Path) -> dict:
     """Small trees with the lines of the pinned sources that the edits change."""
     ft, backend, common = tmp_path / "FasterTransformer", tmp_path / "fastertransformer_backend", tmp_path / "common"
@@ -96,6 +109,7 @@ def _trees(tmp_path: Path) -> dict:
         ft / "src/fastertransformer/kernels/longformer_kernels.cu": "Reduce(a, cub::Max()); Reduce(b, cub::Sum());\n",
         ft / "src/fastertransformer/utils/CMakeLists.txt": "target_link_libraries(nvtx_utils PUBLIC -lnvToolsExt)\n",
         backend / "CMakeLists.txt": "PUBLIC\n  USE_TRITONSERVER_DATATYPE\n  BUILD_MULTI_GPU)\nPRIVATE cxx_std_14)\n",
+        ft / NEOX_PATH: NEOX_GATHER,
     }
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +121,7 @@ def _trees(tmp_path: Path) -> dict:
 def test_the_edits_for_cuda_13_apply_once(tmp_path):
     trees = _trees(tmp_path)
     done = ftb.apply_edits(trees, "13.0")
-    assert len(done) == 11
+    assert len(done) == 13
     moe = (trees["FasterTransformer"] / "src/fastertransformer/kernels/moe_kernels.cu").read_text()
     assert "cub::" not in moe
     assert moe == "::cuda::std::plus<> sum;\nReduce(x, ::cuda::maximum<>());\n"
@@ -116,6 +130,20 @@ def test_the_edits_for_cuda_13_apply_once(tmp_path):
     assert ftb.apply_edits(trees, "13.0") == []  # a tree edited before is left as it is
     header = trees["FasterTransformer"] / "src/fastertransformer/kernels/decoder_masked_multihead_attention_utils.h"
     assert header.read_text().count("<cstdio>") == 1
+
+
+def test_streamed_gpt_neox_gathers_on_the_outputs_copy_of_its_lengths(tmp_path):
+    # Every CUDA: the gather adds the final step to the lengths it is given; on the model's own,
+    # a streamed (decoupled) GPT-NeoX moved them at every step.
+    trees = _trees(tmp_path)
+    ftb.apply_edits(trees, "12.6")
+    lines = [line.strip() for line in (trees["FasterTransformer"] / NEOX_PATH).read_text().splitlines()]
+    copy = lines.index("invokeCudaD2DcpyConvert(  // ftfleet: the output's copy, gathered below")
+    assert "param.max_sequence_lengths = sequence_lengths_;" not in lines
+    assert lines.index("param.max_sequence_lengths = reinterpret_cast<int*>(sequence_lengths);") == copy + 2
+    gather = next(i for i, line in enumerate(lines) if line.startswith("invokeGatherTree(param);"))
+    assert gather > copy
+    assert lines[gather + 1] == "sync_check_cuda_error();"  # no copy after it any more
 
 
 def test_cuda_12_keeps_cub_and_cxx14(tmp_path):

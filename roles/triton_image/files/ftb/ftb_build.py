@@ -113,6 +113,7 @@ def _major(cuda: str) -> int:
 # text exists (Triton's repositories differ from release to release).
 Edit = namedtuple("Edit", "part pattern old new since why required", defaults=(True,))
 _FT_KERNELS = "src/fastertransformer/kernels"
+_GPTNEOX = "src/fastertransformer/models/gptneox/GptNeoX.cc"
 EDITS = (
     Edit(
         "FasterTransformer",
@@ -168,6 +169,31 @@ EDITS = (
         "# (left out by ftfleet: CUDA 13 has NVTX 3 only, header-only)",
         13,
         "CUDA 13 ships no nvToolsExt library",
+    ),
+    # GPT-NeoX's setOutputTensors ran the gather on the model's own sequence lengths, and the
+    # gather adds the final step to them: called once per step when streaming (decoupled), it
+    # pushed them one further each step, and beam search, the repetition penalty, stop words and
+    # the answered sequence_length went wrong (found on an H200 through the gateway: a decoupled
+    # GPT-NeoX's beams and penalised tokens differed from the whole model's, and its
+    # sequence_length ran past its output_ids). ParallelGpt gathers on the output's copy: so here.
+    Edit(
+        "FasterTransformer",
+        _GPTNEOX,
+        "        param.max_sequence_lengths = sequence_lengths_;\n",
+        "        invokeCudaD2DcpyConvert(  // ftfleet: the output's copy, gathered below\n"
+        '            sequence_lengths, sequence_lengths_, output_tensors->at("sequence_length").size(), stream_);\n'
+        "        param.max_sequence_lengths = reinterpret_cast<int*>(sequence_lengths);\n",
+        0,
+        "streamed GPT-NeoX moved its own sequence lengths at every step (the gather ran on them)",
+    ),
+    Edit(
+        "FasterTransformer",
+        _GPTNEOX,
+        "        invokeGatherTree(param);\n        invokeCudaD2DcpyConvert(\n"
+        '            sequence_lengths, sequence_lengths_, output_tensors->at("sequence_length").size(), stream_);\n',
+        "        invokeGatherTree(param);  // ftfleet: sequence_length was copied before the gather\n",
+        0,
+        "streamed GPT-NeoX moved its own sequence lengths at every step (the copy after the gather)",
     ),
     Edit(
         "fastertransformer_backend",
