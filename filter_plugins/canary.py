@@ -8,6 +8,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fleet_values import truthy
+
 DOCUMENTATION = r"""
 name: canary_picks
 short_description: Which of the play's hosts are canaries, which wait for their verdict, which roll as before
@@ -39,7 +41,7 @@ def canary_change(
     serving: Mapping[str, Any] | None,
     target: str,
     revision_changes: Any,
-    repository_read: list[str],
+    repository_present: Any,
     repository_stale: list[str],
     image_now: Mapping[str, Any] | None,
     image_next: str,
@@ -48,15 +50,15 @@ def canary_change(
     tasks_from choose). `serving` is what its published shards were made from (ft_convert
     tasks_from serving; empty: it serves nothing yet, and a first deployment is no change);
     `revision_changes` whether their commit, tp or weight dtype differs from the inventory's;
-    `repository_read` the model repository's files on the host as triton_model_repo read them
-    (none: no repository yet) and `repository_stale` those the role would write; `image_now` the
+    `repository_present` whether the host has a model repository yet and `repository_stale` the
+    files the role would write (triton_model_repo tasks_from compare publishes both); `image_now` the
     image of the running tritonserver container (id, ref; empty when none runs) and
     `image_next` the id of the image this run serves. Returns revision (bool), repository (the
     files that change), image (the running one, kept for a rollback, when the image changes),
     changes (any of them) and said (a line for people)."""
     serves = bool(serving)
-    revision = serves and _true(revision_changes)
-    repository = sorted(repository_stale) if serves and repository_read else []
+    revision = serves and truthy(revision_changes)
+    repository = sorted(repository_stale) if serves and truthy(repository_present) else []
     now = dict(image_now or {})
     image = now if serves and now.get("id") and image_next and now["id"] != image_next else {}
     said = []
@@ -76,7 +78,8 @@ def canary_picks(hosts: list[str], hostvars: Mapping[str, Any], enabled: Any) ->
     taken: dict[str, int] = {}
     for host in hosts:
         v = hostvars[host]
-        if not _true(enabled) or not _true(v.get("canary_changes", False)) or not _true(v.get("fleet_gateway", True)):
+        serves_a_change = truthy(v.get("canary_changes", False)) and truthy(v.get("fleet_gateway", True))
+        if not truthy(enabled) or not serves_a_change:
             picks[host] = "none"
             continue
         model = (v.get("fleet_model") or {}).get("name", "")
@@ -103,13 +106,9 @@ def canary_held(host: str, hostvars: Mapping[str, Any], canaries: list[str]) -> 
         verdict = v.get("canary_verdict")
         if not isinstance(verdict, Mapping):
             return f"canary {canary} of {model} has no verdict (it failed before it was judged)"
-        if not _true(verdict.get("passed")):
+        if not truthy(verdict.get("passed")):
             return f"canary {canary} of {model} failed: " + "; ".join(verdict.get("reasons") or [])
     return ""
-
-
-def _true(value: Any) -> bool:
-    return value is True or str(value).strip().lower() in ("true", "yes", "1")
 
 
 def _label(value: str) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fleet_values import truthy
+
 DOCUMENTATION = r"""
 name: fleet_artifact_plans
 short_description: What each of the play's hosts does for an artifact they may share through a registry
@@ -80,13 +82,6 @@ _value:
 """
 
 
-def _true(value: Any) -> bool:
-    """A fact's truth: booleans, and the strings older Ansible templates booleans into."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "yes", "1")
-    return bool(value)
-
-
 def fleet_artifact_plans(
     hosts: list[str],
     hostvars: Mapping[str, Mapping[str, Any]],
@@ -97,7 +92,7 @@ def fleet_artifact_plans(
     make: str = "make",
     place: str = "",
 ) -> dict[str, dict[str, str]]:
-    registry = _true(registry)
+    registry = truthy(registry)
     peers: dict[Any, list[tuple[str, bool, bool]]] = {}  # artifact -> [(host, has it, registry has it)]
     plans = {}
     firsts: dict[tuple[str, str], str] = {}  # (artifact, machine) -> the first host there
@@ -110,8 +105,8 @@ def fleet_artifact_plans(
         if first != host:  # another model's host on this machine makes or takes it
             plans[host] = {"plan": "mate", "source": first}
             continue
-        found = registry and in_registry and _true(facts.get(in_registry, False))
-        peers.setdefault(artifact, []).append((host, _true(facts.get(have, False)), found))
+        found = registry and in_registry and truthy(facts.get(in_registry, False))
+        peers.setdefault(artifact, []).append((host, truthy(facts.get(have, False)), found))
     for group in peers.values():
         holders = [host for host, held, _ in group if held]
         pusher = holders[0] if holders else ""

@@ -13,8 +13,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # Ansible loads plugins by path; fleet_inputs is a sibling module
     sys.path.insert(0, _HERE)
 from fleet_inputs import role_defaults
+from fleet_values import truthy
 from ft_families import AnsibleFilterError
-from monitoring import _flag, _model_name
+from monitoring import _model_name
 
 DOCUMENTATION = r"""
 name: fleet_placement_problems
@@ -149,9 +150,9 @@ def _slot_problems(host: str, v: Mapping[str, Any], machine: str, mv: Mapping[st
     if _address(host, v) != _address(machine, mv):
         say(host, f"ansible_host={_address(host, v)}: another model on machine {machine} (fleet_machine) "
                   f"must reach it at its address; fix: ansible_host: {_address(machine, mv)}")  # fmt: skip
-    if _flag(v.get("fleet_gateway"), True) != _flag(mv.get("fleet_gateway"), True):
-        say(host, f"fleet_gateway={_flag(v.get('fleet_gateway'), True)}: {machine} has "
-                  f"{_flag(mv.get('fleet_gateway'), True)}, and the machine's host installs the gateway for every "
+    if truthy(v.get("fleet_gateway"), True) != truthy(mv.get("fleet_gateway"), True):
+        say(host, f"fleet_gateway={truthy(v.get('fleet_gateway'), True)}: {machine} has "
+                  f"{truthy(mv.get('fleet_gateway'), True)}, and the machine's host installs the gateway for every "
                   f"model on it; fix: the same fleet_gateway for every model on a machine")  # fmt: skip
     if not _model_name(v):
         say(host, f"fleet_model is empty: another model's host on {machine} (fleet_machine) serves no model; "
@@ -163,7 +164,7 @@ def _port_clashes(host: str, v: Mapping[str, Any], machine: str, defaults: Mappi
     """The host's ports against those taken on its machine (each clash said on both hosts: a run
     limited to either stops); records its own."""
     own = _ports(v, defaults, MODEL_PORTS)
-    if _flag(v.get("fleet_gateway"), True):
+    if truthy(v.get("fleet_gateway"), True):
         own.update(_ports(v, defaults, ("gateway_port",)))
     for name, port in own.items():
         if port not in ports:

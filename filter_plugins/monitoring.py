@@ -62,6 +62,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fleet_values import truthy
 from ft_families import AnsibleFilterError
 
 # Job -> the host variable that moves its port.
@@ -129,14 +130,6 @@ def _members(groups: Mapping, name: str) -> list[str]:
     return list(groups.get(name) or [])
 
 
-def _flag(value: Any, default: bool) -> bool:
-    if value is None:
-        return default
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
 def _model_name(v: Mapping) -> str:
     model = v.get("fleet_model") or {}
     return str(model.get("name")) if isinstance(model, Mapping) and model.get("name") else ""
@@ -173,9 +166,9 @@ def _gpu_host_targets(groups: Mapping, hostvars: Any, add, tls: dict, ca_file: s
         if str(v.get("fleet_machine") or host) != host:
             slots.add(host)
             gpu_models.setdefault(str(v["fleet_machine"]), {})[name] = list(v.get("fleet_gpu_devices") or [])
-        elif _flag(v.get("dcgm_exporter_enabled"), _flag(v.get("fleet_require_gpus"), True)):
+        elif truthy(v.get("dcgm_exporter_enabled"), truthy(v.get("fleet_require_gpus"), True)):
             machines.append((host, name, list(v.get("fleet_gpu_devices") or [])))
-        if name and _flag(v.get("fleet_gateway"), True):
+        if name and truthy(v.get("fleet_gateway"), True):
             add("gateway", host, labels)
             if v.get("gateway_tls_cert"):
                 tls[host] = {"ca_file": ca_file, "server_name": str(v.get("gateway_tls_name") or host)}

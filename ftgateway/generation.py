@@ -1,6 +1,6 @@
 """One generation loop that every route shares: the prompt's tokens, the model's steps, the text
-decoded step by step, stop sequences, log probabilities and usage. It takes a Job (app.py makes
-one from a completions, chat or /generate request) and gives text deltas and a Result (app.py
+decoded step by step, stop sequences, log probabilities and usage. It takes a Job (serving.py makes
+one from a completions, chat or /generate request) and gives text deltas and a Result (it
 puts them into OpenAI's shapes); it never sees an HTTP request, and it reaches tritonserver only
 through the transport (triton.py). Its failures are the gateway's errors (errors.py)."""
 
@@ -13,7 +13,8 @@ import numpy as np
 from prometheus_client import Counter
 
 from .errors import ApiError, upstream
-from .triton import Sampling, Tokens, Triton
+from .sampling import Sampling
+from .triton import Tokens, Triton
 
 
 @dataclass

@@ -209,7 +209,7 @@ def _check_logprobs(choice: dict, expected: list[float]) -> None:
 
 def test_logprobs_are_fts_output_log_probs(front):
     """logprobs 1 at temperature 0: the same greedy text, each token's full log probability
-    (FT's top-p path with a tiny top_p, see ftgateway.triton.GREEDY_TOP_P) equal to transformers'
+    (FT's top-p path with a tiny top_p, see ftgateway.sampling.GREEDY_TOP_P) equal to transformers'
     log_softmax of its scores, and the chosen token as the top entry. Sampled (logprobs 0) and
     beam searched (best_of 2), the values are what the stand-in's FT decoding reports."""
     ids, eos = front.tokenizer.encode(PROMPT), front.tokenizer.eos_token_id
@@ -732,7 +732,7 @@ def test_a_bad_settings_file_is_refused_at_start(tmp_path):
     ],
 )
 def test_sampling_maps_openai_parameters_to_fts(openai, ft):
-    from ftgateway.triton import sampling  # noqa: PLC0415
+    from ftgateway.sampling import sampling  # noqa: PLC0415
 
     temperature, top_k, top_p, seed = openai
     got = sampling(temperature, top_k, top_p, seed, fallback_seed=99)
@@ -742,7 +742,7 @@ def test_sampling_maps_openai_parameters_to_fts(openai, ft):
 def test_greedy_with_log_probs_takes_fts_top_p_path():
     """FT's top-k path reports log P(token | top-1) = 0 for greedy decoding; the top-p path with a
     tiny top_p takes the same most likely token with its full log probability."""
-    from ftgateway.triton import GREEDY_TOP_P, sampling  # noqa: PLC0415
+    from ftgateway.sampling import GREEDY_TOP_P, sampling  # noqa: PLC0415
 
     got = sampling(0.0, 40, 0.5, None, fallback_seed=9, log_probs=True)
     assert (got.runtime_top_k, got.runtime_top_p, got.temperature, got.random_seed, got.log_probs) == (
@@ -757,7 +757,7 @@ def test_greedy_with_log_probs_takes_fts_top_p_path():
      ((1.0, 0, 0.0, None), "top_p"), ((1.0, 0, 1.0, 2**64), "seed")],
 )  # fmt: skip
 def test_sampling_that_ft_cannot_honour_is_refused(openai, param):
-    from ftgateway.triton import SamplingError, sampling  # noqa: PLC0415
+    from ftgateway.sampling import SamplingError, sampling  # noqa: PLC0415
 
     with pytest.raises(SamplingError) as err:
         sampling(*openai, fallback_seed=1)

@@ -1,0 +1,108 @@
+"""The gateway's protocol: OpenAI's completions request (and the tutorial's /generate), the
+parameters refused with the reason, the shapes of answers and stream events, and a validation
+error as OpenAI's 400. No state and no I/O: serving.py and the routes (app.py) use these."""
+
+import json
+from typing import Annotated, Any, Optional, Union
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from . import chat
+from .errors import ApiError
+from .generation import Result
+
+Number = Union[StrictInt, StrictFloat]
+BUFFERED = ("buffered: the fastertransformer model is not decoupled (triton_model_repo_decoupled: false), "
+            "so the whole answer comes in one chunk")  # fmt: skip
+
+
+class GenerateRequest(BaseModel):
+    """The tutorial's simple form: a prompt and the sampling parameters, text back."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: StrictStr
+    max_tokens: StrictInt = Field(16, ge=1)
+    temperature: Number = Field(0, ge=0, le=2)
+    top_k: StrictInt = Field(0, ge=0)
+    top_p: Number = Field(1.0, ge=0, le=1)
+    stop: Union[StrictStr, list[StrictStr], None] = None
+    seed: Optional[StrictInt] = Field(None, ge=0)
+    # Not OpenAI's, but FT's, and accepted by other OpenAI-compatible servers (vLLM, TGI) as an extra.
+    repetition_penalty: Number = 1.0
+
+
+class CompletionRequest(GenerateRequest):
+    """OpenAI's completions request. Every parameter is either honoured or refused with a 400."""
+
+    model: StrictStr
+    prompt: Union[StrictStr, Annotated[list[StrictStr], Field(min_length=1, max_length=1)]]
+    temperature: Number = Field(1.0, ge=0, le=2)
+    stream: StrictBool = False
+    stream_options: Optional[dict[str, StrictBool]] = None
+    n: StrictInt = 1
+    best_of: Optional[StrictInt] = None
+    logprobs: Optional[StrictInt] = None
+    echo: StrictBool = False
+    suffix: Optional[StrictStr] = None
+    presence_penalty: Number = 0
+    frequency_penalty: Number = 0
+    logit_bias: Optional[dict[str, Number]] = None
+    user: Optional[StrictStr] = None  # the caller's end user: logged nowhere, accepted as OpenAI does
+
+
+AnyRequest = Union[CompletionRequest, chat.ChatRequest]
+
+# n and best_of above 1 are served by FT's beam search (the n best of best_of beams), which is
+# deterministic: with sampling they would mean independent samples, which FT does not make.
+REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
+    ("n", lambda r: r.n < 1 or r.n > (r.best_of or r.n), "n must be at least 1 and at most best_of"),
+    ("best_of", lambda r: (r.best_of or r.n) > 1 and (r.temperature != 0 or r.stream),
+     "n or best_of above 1 is served by FT's beam search: it needs temperature 0 and no streaming"),
+    ("best_of", lambda r: (r.best_of or r.n) > 16, "best_of must be at most 16 (FT's online beam search)"),
+    ("logprobs", lambda r: r.logprobs is not None and not 0 <= r.logprobs <= 5, "logprobs must be between 0 and 5"),
+    ("logprobs", lambda r: (r.logprobs or 0) > 1 or (r.logprobs == 1 and (r.temperature or (r.best_of or r.n) > 1)),
+     "FT returns each chosen token's log probability, not the most likely others: logprobs 0, or 1 with greedy "
+     "decoding (temperature 0, no best_of), where the chosen token is the most likely one"),
+    ("logprobs", lambda r: r.logprobs is not None and r.stream, "logprobs come with whole answers: stream false"),
+    ("logprobs", lambda r: r.logprobs is not None and r.echo, "FT does not score the prompt's tokens: logprobs "
+     "cannot be combined with echo"),
+    ("stream_options", lambda r: r.stream_options is not None and not r.stream,
+     "stream_options is only allowed with stream true"),
+    ("stream_options", lambda r: bool(set(r.stream_options or {}) - {"include_usage"}),
+     "stream_options takes only include_usage"),
+    ("suffix", lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
+    ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
+    ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
+    ("logit_bias", lambda r: bool(r.logit_bias), "logit_bias is not supported by the FT model"),
+]  # fmt: skip
+
+
+def sse_event(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data)}\n\n"
+
+
+def usage(result: Result) -> dict[str, int]:
+    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+            "total_tokens": result.prompt_tokens + result.completion_tokens}  # fmt: skip
+
+
+def completion_chunk(ident: str, created: int, model: str, text: str, finish: Optional[str], *,
+                     logprobs: Optional[dict[str, list]] = None, **extra: Any):  # fmt: skip
+    choice = {"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}
+    return {"id": ident, "object": "text_completion", "created": created, "model": model, "choices": [choice], **extra}
+
+
+def validation_error(err: RequestValidationError) -> ApiError:
+    errors = list(err.errors())
+    first = errors[0] if errors else {}
+    param = next((str(p) for p in first.get("loc", ()) if p != "body"), None)
+    if first.get("type") == "json_invalid":
+        return ApiError(400, "the body is not valid JSON")
+    if first.get("type") == "extra_forbidden":
+        return ApiError(400, f"unknown parameter {param!r}", param=param, code="unknown_parameter")
+    # A union (prompt: a string or a list of one string) fails once per branch: say what is wrong
+    # with the value (too long) rather than that it is not the other branch's type.
+    same = [e for e in errors if param in [str(p) for p in e.get("loc", ())]]
+    chosen = next((e for e in same if not str(e.get("type", "")).endswith("_type")), first)
+    return ApiError(400, f"{param or 'body'}: {chosen.get('msg', 'invalid')}", param=param)

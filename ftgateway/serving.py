@@ -1,0 +1,149 @@
+"""Serving: a request becomes a Job (checked, or refused with the reason), and a generation's
+text becomes OpenAI's answer or its stream of server-sent events. The Gateway holds the state
+behind the routes (settings, keys, limits, metrics, the generation loop and the chat template)."""
+
+import asyncio
+import secrets
+import time
+import uuid
+from typing import Any, Optional
+
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from . import chat
+from .config import ConfigError, Keys, Settings
+from .errors import ApiError
+from .generation import Generation, Job, Result, stop_list
+from .middleware import Auth, Metrics, RateLimiter, answer_error
+from .protocol import (
+    BUFFERED,
+    REFUSED,
+    AnyRequest,
+    CompletionRequest,
+    GenerateRequest,
+    completion_chunk,
+    sse_event,
+    usage,
+)
+from .sampling import SamplingError, sampling
+from .tokens import special_ids
+from .triton import Triton
+
+
+class Gateway:
+    """The state behind the routes: settings, keys, rate limits, metrics and the Triton client."""
+
+    def __init__(self, settings: Settings, backend: Triton) -> None:
+        self.settings, self.backend = settings, backend
+        self.keys = Keys(settings.keys_file, settings.default_rate_per_minute) if settings.keys_file else None
+        self.metrics, self.limiter, self.started = Metrics(), RateLimiter(), int(time.time())
+        self.auth = Auth(self.keys, settings.model, self.limiter)
+        hidden = special_ids(settings.checkpoint_dir) if settings.checkpoint_dir else frozenset()
+        self.generation = Generation(backend, settings.context_length, self.metrics.tokens, hidden)
+        try:
+            self.chat_template = chat.Template(settings.chat_template, settings.chat_bos_token,
+                                               settings.chat_eos_token)  # fmt: skip
+        except ValueError as err:
+            raise ConfigError(f"setting 'chat_template': {err}") from err
+
+    def fail(self, err: ApiError, route: str) -> JSONResponse:
+        return answer_error(self.metrics, err, route)
+
+    def job(self, body: GenerateRequest) -> Job:
+        """What a request asks to generate, or the 400 that says what is wrong."""
+        if isinstance(body, CompletionRequest):
+            if body.model != self.settings.model:
+                raise ApiError(404, f"the model {body.model!r} does not exist here; this gateway serves "
+                               f"{self.settings.model!r} (GET /v1/models)", param="model",
+                               code="model_not_found")  # fmt: skip
+            for param, is_set, why in REFUSED:
+                if is_set(body):
+                    raise ApiError(400, why, param=param, code="unsupported_parameter")
+        if body.max_tokens > self.settings.max_tokens_limit:
+            raise ApiError(400, f"max_tokens {body.max_tokens} is over this gateway's limit of "
+                           f"{self.settings.max_tokens_limit}", param="max_tokens")  # fmt: skip
+        try:
+            params = sampling(float(body.temperature), body.top_k, float(body.top_p), body.seed,
+                              fallback_seed=secrets.randbits(63), repetition_penalty=float(body.repetition_penalty),
+                              log_probs=getattr(body, "logprobs", None) is not None)  # fmt: skip
+        except SamplingError as err:
+            raise ApiError(400, str(err), param=err.param) from err
+        prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+        if not prompt:
+            raise ApiError(400, "the prompt is empty", param="prompt")
+        n, best_of = getattr(body, "n", 1), getattr(body, "best_of", None)
+        return Job(prompt=prompt, max_tokens=body.max_tokens, params=params, stops=stop_list(body.stop),
+                   echo=getattr(body, "echo", False), logprobs=getattr(body, "logprobs", None), n=n,
+                   best_of=best_of or n)  # fmt: skip
+
+    def chat_prompt(self, body: chat.ChatRequest) -> GenerateRequest:
+        """A chat request as the completion it is: the conversation rendered with the model's chat
+        template, and the same sampling parameters (checked as a completion's by job())."""
+        for param, refused, why in chat.REFUSED:
+            if refused(body):
+                raise ApiError(400, why, param=param)
+        try:
+            prompt = self.chat_template.render(body.messages)
+        except chat.ChatError as err:
+            raise ApiError(400, str(err), param=err.param) from err
+        return GenerateRequest(prompt=prompt, max_tokens=chat.max_tokens(body), temperature=body.temperature,
+                               top_k=body.top_k, top_p=body.top_p, stop=body.stop, seed=body.seed,
+                               repetition_penalty=body.repetition_penalty)  # fmt: skip
+
+    def stream(self, body: AnyRequest, first: tuple[str, Optional[Result]], rest,
+               decoupled: bool, began: float):  # fmt: skip
+        """Server-sent events in OpenAI's chunk shape (completions' or chat's), then [DONE]. With
+        stream_options.include_usage, as OpenAI specifies it: every chunk carries "usage": null,
+        and one more chunk before [DONE] has no choices and the usage."""
+        chatting = isinstance(body, chat.ChatRequest)
+        route = "/v1/chat/completions" if chatting else "/v1/completions"
+        ident, created = f"{'chatcmpl' if chatting else 'cmpl'}-{uuid.uuid4().hex}", int(time.time())
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        extra = ({} if decoupled else {"ftfleet_streaming": BUFFERED}) | ({"usage": None} if include_usage else {})
+
+        def piece(text: str, finish: Optional[str], **more: Any) -> dict[str, Any]:
+            if chatting:
+                return chat.chunk(ident, created, self.settings.model, {"content": text} if text else {}, finish,
+                                  **more)  # fmt: skip
+            return completion_chunk(ident, created, self.settings.model, text, finish, **more)
+
+        async def events():
+            status, item, seen_text, held = "200", first, False, ""
+            if chatting:  # OpenAI's first chat chunk names the role
+                yield sse_event(chat.chunk(ident, created, self.settings.model, {"role": "assistant", "content": ""},
+                                        None, **extra))  # fmt: skip
+            try:
+                while True:
+                    delta, result = item
+                    if not decoupled:  # buffered: all the text in one chunk (run() may yield a trailing
+                        held += delta  # partial character apart), then the chunk with the usage
+                        delta = held if result is not None else ""
+                    if delta:
+                        if not seen_text:
+                            self.metrics.first_token.observe(time.monotonic() - began)
+                            seen_text = True
+                        yield sse_event(piece(delta, None, **extra))
+                    if result is not None:
+                        yield sse_event(piece("", result.finish_reason, **extra))
+                        if include_usage:
+                            yield sse_event({**piece("", None), "choices": [], "usage": usage(result)})
+                        break
+                    item = await rest.__anext__()
+            except ApiError as err:  # after the first chunk: an error event in OpenAI's shape
+                status = str(err.status)
+                self.metrics.errors.labels(status, err.kind).inc()
+                yield sse_event({"error": {"message": err.message, "type": err.kind, "code": err.code}})
+            except asyncio.CancelledError:
+                # The client went away: Starlette cancels this stream at once (it listens for the
+                # disconnect), the cancellation closes run() and with it the gRPC stream to
+                # tritonserver, and nothing more is decoded or sent. (FT's backend never asks whether
+                # a request was cancelled: tritonserver finishes the generation on its own.)
+                self.metrics.disconnects.inc()
+                self.metrics.requests.labels(route, "499").inc()
+                raise
+            yield "data: [DONE]\n\n"
+            self.metrics.requests.labels(route, status).inc()
+            self.metrics.latency.labels(route).observe(time.monotonic() - began)
+
+        headers = {"Cache-Control": "no-cache", "X-FTFleet-Streaming": "tokens" if decoupled else "buffered"}
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
