@@ -4,10 +4,15 @@ asked about them, and the verdict from its answers and the golden prompts' answe
 from __future__ import annotations
 
 import math
+import os
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # Ansible loads plugins by path; fleet_values is a sibling module
+    sys.path.insert(0, _HERE)
 from fleet_values import truthy
 
 DOCUMENTATION = r"""

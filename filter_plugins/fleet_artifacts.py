@@ -4,9 +4,14 @@ ft_gemm_tune in a run_once task, which reads each host's variables once (linear 
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # Ansible loads plugins by path; fleet_values is a sibling module
+    sys.path.insert(0, _HERE)
 from fleet_values import truthy
 
 DOCUMENTATION = r"""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 DOCUMENTATION = r"""
 name: gateway_key_records
 short_description: API keys -> what the hosts store of them (name, SHA-256, rate, scope, expiry)
@@ -48,6 +51,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # Ansible loads plugins by path; ft_families is a sibling module
+    sys.path.insert(0, _HERE)
 from ft_families import AnsibleFilterError
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_sequence_length")

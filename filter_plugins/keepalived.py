@@ -3,6 +3,9 @@ one runs, and what preflight refuses, from the inventory in one place."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 DOCUMENTATION = r"""
 name: keepalived_plan
 short_description: Each load balancer's VRRP instances, priority and peers, from the inventory
@@ -46,6 +49,9 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # Ansible loads plugins by path; ft_families is a sibling module
+    sys.path.insert(0, _HERE)
 from ft_families import AnsibleFilterError
 
 DEFAULT_ROUTER_ID = 51

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 DOCUMENTATION = r"""
 name: load_balancer_backends
 short_description: One backend (its hosts' gateways) per served model, and the frontends that reach them
@@ -76,6 +79,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # Ansible loads plugins by path; ft_families is a sibling module
+    sys.path.insert(0, _HERE)
 from ft_families import AnsibleFilterError
 from gateway import key_expiry
 from keepalived import vip_list

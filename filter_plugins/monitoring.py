@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 DOCUMENTATION = r"""
 name: monitoring_scrape_configs
 short_description: Prometheus scrape_configs for every layer of the fleet, from the inventory
@@ -62,6 +65,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # Ansible loads plugins by path; fleet_values is a sibling module
+    sys.path.insert(0, _HERE)
 from fleet_values import truthy
 from ft_families import AnsibleFilterError
 
