@@ -97,18 +97,28 @@ def tritonserver(args, repo: Path, work: Path):
         f"--metrics-port={metrics}",
         "--allow-metrics=false",
     ]
+    ready = f"http://127.0.0.1:{http}/v2/health/ready"
+    said = lambda: f"tritonserver did not become ready:\n{errors(log)}"  # noqa: E731
+    with running(argv, env, log, work, ready=ready, seconds=180, failure=said):
+        yield f"http://127.0.0.1:{http}", f"127.0.0.1:{grpc}", log
+
+
+@contextlib.contextmanager
+def running(argv: list, env: dict, log: Path, work: Path, *, ready: str, seconds: float, failure):
+    """A server process writing to `log`, once `ready` answers 200 (RuntimeError(failure()) when it
+    exits or `seconds` pass first); stopped (terminated, then killed) on the way out."""
     with log.open("w") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work)
         try:
-            deadline = time.monotonic() + 180
+            deadline = time.monotonic() + seconds
             while True:
                 with contextlib.suppress(OSError):
-                    if urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2).status == 200:
+                    if urllib.request.urlopen(ready, timeout=2).status == 200:
                         break
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"tritonserver did not become ready:\n{errors(log)}")
-                time.sleep(1)
-            yield f"http://127.0.0.1:{http}", f"127.0.0.1:{grpc}", log
+                    raise RuntimeError(failure())
+                time.sleep(0.5)
+            yield proc
         finally:
             proc.terminate()
             try:
@@ -278,24 +288,10 @@ def gateway(args, target: Target, *, local: bool):
     env = {**os.environ, "PYTHONPATH": str(args.gateway_app), "HF_HUB_OFFLINE": "1"}
     argv = [str(args.gateway_python / "bin" / "python3"), "-m", "ftgateway", "--config", str(settings),
             "--port", str(port)]  # fmt: skip
-    with log.open("w") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work)
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                with contextlib.suppress(OSError):
-                    if urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).status == 200:
-                        break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the gateway did not become ready:\n{log.read_text()[-3000:]}")
-                time.sleep(0.5)
-            yield f"http://127.0.0.1:{port}/v1", log
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    ready = f"http://127.0.0.1:{port}/healthz"
+    said = lambda: f"the gateway did not become ready:\n{log.read_text()[-3000:]}"  # noqa: E731
+    with running(argv, env, log, work, ready=ready, seconds=90, failure=said):
+        yield f"http://127.0.0.1:{port}/v1", log
 
 
 def ask_gateway(args, target: Target, *, local: bool, greedy: str) -> dict:
