@@ -18,7 +18,7 @@ help:  ## list the targets
 tools:  ## the programs the targets run that a bare Debian 12 may lack (git-lfs, python3-venv, ...)
 	scripts/ensure-tools
 
-setup: tools $(VENV)/.toolchain $(VENV)/.bytecode  ## tools, and a virtualenv with the pinned toolchain that make lab needs (pyproject.toml + constraints.txt)
+setup: tools $(VENV)/.toolchain $(VENV)/.bytecode .cache/fleet-inputs.json  ## tools, and a virtualenv with the pinned toolchain that make lab needs (pyproject.toml + constraints.txt)
 
 test-setup: setup $(VENV)/.tests  ## setup, and what the tests add: linters, pytest, Molecule, torch, transformers
 
@@ -48,13 +48,20 @@ $(VENV)/.toolchain: pyproject.toml constraints.txt | tools
 # is on disk), and so are tests folders. A file that does not compile here (a vendored Python 2
 # test, say) is no failure: Python would compile it on import, as before. Made again when a
 # project file changes.
-PROJECT_PY_DIRS := filter_plugins callback_plugins ftfleet ftgateway ftnative
-$(VENV)/.bytecode: $(VENV)/.toolchain $(wildcard $(addsuffix /*.py,$(PROJECT_PY_DIRS)))
+PROJECT_PY_DIRS := filter_plugins callback_plugins ftdomain ftfleet ftgateway ftnative
+$(VENV)/.bytecode: $(VENV)/.toolchain $(wildcard $(addsuffix /*.py,$(PROJECT_PY_DIRS)) ftdomain/*/*.py)
 	@if [ -n "$${PYTHONDONTWRITEBYTECODE:-}" ]; then \
 	  echo "$$(date +%T) setup: bytecode for the virtualenv and the project's Python (PYTHONDONTWRITEBYTECODE is set)"; \
 	  $(BIN)/python -m compileall -q -j0 -x '/ansible_collections/|/tests?/' $(VENV)/lib $(PROJECT_PY_DIRS) >/dev/null 2>&1 || true; \
 	fi
 	touch $@
+
+# The tables every host's input check reads (ftdomain/inputs/derived.py): the roles' documented
+# options, literal defaults and outputs, and the fleet_* names, made here from the files they come
+# from rather than by a check while a playbook runs. A check that finds them stale (a role edited
+# since) derives them itself, in each worker: right, only slower.
+.cache/fleet-inputs.json: $(VENV)/.toolchain ftdomain/inputs/derived.py $(wildcard roles/*/meta/argument_specs.yml roles/*/defaults/main.yml roles/*/tasks/*.yml) group_vars/all/fleet.yml docs/variables.md
+	$(BIN)/python -m ftdomain.inputs.derived
 
 $(VENV)/.tests: $(VENV)/.toolchain
 	@echo "$$(date +%T) setup: what the tests add (pyproject.toml's tests list) into $(VENV)"
@@ -78,12 +85,12 @@ lint: test-setup  ## yamllint --strict, ansible-lint (production profile), ruff,
 	$(BIN)/python scripts/check-pythons
 	@echo "$$(date +%T) lint: passed"
 
-# Coverage of filter_plugins/ from tests/unit/ (96 %), which call the filters in-process; the
+# Coverage of ftdomain/ (the filters' code) from tests/unit/, which call it in-process; the
 # playbook-level tests run without the tracer, which slowed their own Python by about 10 % (the
 # in-process tests of ftnative, the lab model and the answers: 105 CPU-s with it, 94 without).
 unit: test-setup  ## pytest: the filters' unit tests (with coverage), then the playbook-level tests on both cores
-	@echo "$$(date +%T) unit: tests/unit with filter_plugins coverage, then the rest on 2 workers"
-	pytest tests/unit -q --cov=filter_plugins --cov-report=term-missing --cov-fail-under=90
+	@echo "$$(date +%T) unit: tests/unit with ftdomain coverage, then the rest on 2 workers"
+	pytest tests/unit -q --cov=ftdomain --cov-report=term-missing --cov-fail-under=90
 	pytest -m "not docker and not lab and not scale" -n 2 --dist loadfile --durations=20 --ignore=tests/unit
 
 harness: tools  ## a Docker engine and the locally built base image

@@ -3,7 +3,7 @@
 Ansible runs each task on each host in a worker process forked from the controller. The first
 time a worker templates an expression that names a filter or a test (`x | length`, `x is defined`),
 Ansible imports every filter and test plugin file it can see (ansible-core's and this project's
-filter_plugins/, 18 files) to build its table of names; the controller itself never does, so no
+filter_plugins/, 17 files) to build its table of names; the controller itself never does, so no
 worker inherits that table and every worker builds it again: on this project's 2-core machines,
 about 10 ms of CPU per task and host, which is most of what a task such as
 `assert: that: x | length == 0` costs beyond a plain `set_fact` (docs/performance.md, "A thousand

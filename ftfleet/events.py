@@ -31,23 +31,25 @@ def plays_of(path: Path) -> list[dict[str, Any]]:
 
 
 def stage_of_play() -> dict[str, str]:
-    """Play name -> stage (the stage playbook's file stem), in site.yml's order; a play that a
-    later stage imports again (the models of hosts that waited for a canary) keeps its first."""
+    """Play name -> stage, in site.yml's order: the play's first tag but `always` (every play of
+    site.yml is tagged with its stage; the rollout's plays with models or serve)."""
     stages: dict[str, str] = {}
-    for entry in yaml.safe_load((ROOT / "site.yml").read_text()):
-        path = ROOT / entry[IMPORT]
-        for play in plays_of(path):
-            stages.setdefault(play["name"], path.stem)
+    for play in plays_of(ROOT / "site.yml"):
+        tags = [tag for tag in play.get("tags") or [] if tag != "always"]
+        stages.setdefault(play["name"], tags[0] if tags else "")
     return stages
 
 
-def rollout_plays() -> tuple[str, list[str]]:
-    """The serve stage's play that restarts hosts in batches (its `serial` is fleet_serve_serial),
-    and the serve plays of the same hosts (every host that play batches passes through them; one
-    with nothing to restart leaves the rollout play at once, without an event)."""
-    plays = plays_of(ROOT / "playbooks" / "serve.yml")
-    rollout = next(play for play in plays if "fleet_serve_serial" in str(play.get("serial", "")))
-    return rollout["name"], list(dict.fromkeys(play["name"] for play in plays if play["hosts"] == rollout["hosts"]))
+def rollout_plays() -> tuple[tuple[str, ...], list[str]]:
+    """The rollout's plays that restart hosts in batches (their `serial` is fleet_serve_serial: one
+    for the canaries and the hosts that wait for none, one for the hosts that waited), and the serve
+    plays of the same hosts (every host such a play batches passes through them; one with nothing to
+    restart leaves the rollout play at once, without an event)."""
+    plays = plays_of(ROOT / "playbooks" / "rollout.yml")
+    batched = [play for play in plays if "fleet_serve_serial" in str(play.get("serial", ""))]
+    hosts = [play["hosts"] for play in batched]
+    serving = [play["name"] for play in plays if play["hosts"] in hosts and "serve" in (play.get("tags") or [])]
+    return tuple(play["name"] for play in batched), list(dict.fromkeys(serving))
 
 
 def event_time(event: Mapping[str, Any]) -> float:
@@ -140,7 +142,7 @@ class Run:
     stage: str = ""
     play: str = ""
     in_handlers: bool = False
-    rollout: tuple[str, list[str]] = field(default_factory=rollout_plays)
+    rollout: tuple[tuple[str, ...], list[str]] = field(default_factory=rollout_plays)
     # host -> [first start, last result] of its restart in the rollout play (a host with nothing
     # to restart leaves that play at its first task, which has no role)
     restarts: dict[str, list[float]] = field(default_factory=dict)
@@ -206,7 +208,7 @@ class Run:
         """The hosts the rollout play batches, and how long each restart took (from the first
         result of its roles' tasks, less that task's duration, to the last)."""
         self.batched.setdefault(data["host"])
-        if self.play == self.rollout[0] and data.get("role") and kind not in ("runner_on_skipped", "runner_on_start"):
+        if self.play in self.rollout[0] and data.get("role") and kind not in ("runner_on_skipped", "runner_on_start"):
             at = event_time(event)
             self.restarts.setdefault(data["host"], [at - float(data.get("duration") or 0.0), at])[1] = at
 

@@ -36,7 +36,7 @@ def _tensor(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInpu
 
 def _length_tensor(lengths: list[int], declared: str) -> grpcclient.InferInput:
     """sequence_length as the postprocessing model declares it: INT32 for GPT, GPT-J and BLOOM
-    (as FT answers it), UINT32 for the others (filter_plugins/ft_interface.py)."""
+    (as FT answers it), UINT32 for the others (ftdomain/ft/interface.py)."""
     kind = "INT32" if declared.removeprefix("TYPE_") == "INT32" else "UINT32"
     return _tensor("sequence_length", np.array([lengths], dtype=np.int32 if kind == "INT32" else np.uint32), kind)
 

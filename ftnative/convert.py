@@ -31,18 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.ft.families import FAMILIES
+from ftdomain.ft.layout import ft_config_ini, ft_expected_files
+from ftdomain.ft.model import ft_model_params, ft_parallelism_problems
+from ftdomain.ft.tensors import dims
+
 from . import __version__
 from .checkpoint import Checkpoint, CheckpointError, f32_to_bf16
 from .hfmap import mapping
-from .registry import (
-    FAMILIES,
-    AnsibleFilterError,
-    dims,
-    ft_config_ini,
-    ft_expected_files,
-    ft_model_params,
-    ft_parallelism_problems,
-)
 
 MANIFEST = "conversion.json"
 

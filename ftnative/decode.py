@@ -24,8 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from ftdomain.ft.families import FAMILIES
+from ftdomain.ft.tensors import dims, shard_shape, weight_files
+
 from .checkpoint import bf16_to_f32
-from .registry import FAMILIES, dims, shard_shape, weight_files
 
 _SECTION_FAMILY = {"gptj": "gptj", "gptneox": "gptneox", "llama": "llama", "gpt": "gpt"}
 _FILE_DTYPES = {"fp32": "<f4", "fp16": "<f2", "bf16": "<u2"}

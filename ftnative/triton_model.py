@@ -38,7 +38,7 @@ class TritonPythonModel:
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         # sequence_length in the type FT's model of this family answers it (INT32 for GPT, GPT-J and
         # BLOOM, UINT32 for GPT-NeoX and LLaMA): what config.pbtxt declares, which
-        # filter_plugins/ft_interface.py writes from FT's sources.
+        # ftdomain/ft/interface.py writes from FT's sources.
         declared = {o["name"]: o["data_type"] for o in config.get("output", [])}
         self.length_dtype = np.int32 if declared.get("sequence_length") == "TYPE_INT32" else np.uint32
         # GPT and BLOOM's FT model (ParallelGpt) also answers response_input_lengths and, when

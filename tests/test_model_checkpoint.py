@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -12,8 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, git, run_playbook
 
-sys.path.insert(0, str(ROOT / "filter_plugins"))
-from fleet_checkpoint_dir import fleet_checkpoint_dir_id
+from ftdomain.fleet.checkpoint_dir import fleet_checkpoint_dir_id
 
 TOKEN = "hf_SECRET_TOKEN_must_not_leak_1234"
 
@@ -208,7 +208,7 @@ def test_preflight_reads_a_pinned_commit_it_read_before_without_the_source(sourc
 
     def read(commit: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(script), source["url"], "release", commit, str(cache)], capture_output=True,
-                              text=True, check=False)  # fmt: skip
+                              text=True, check=False, env={**os.environ, "FTFLEET_PYTHON": sys.executable})  # fmt: skip
 
     for commit in (source["first"], source["second"]):
         done = read(commit)

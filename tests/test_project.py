@@ -224,12 +224,13 @@ def test_prods_monitoring_host_reaches_every_tritonservers_metrics(tmp_path):
         assert gateway_bind == "0.0.0.0", host
 
 
-def test_the_converters_zip_holds_ftnative_and_only_the_filters_it_imports(tmp_path):
-    """roles/ft_convert/files/pack-tools: a change to a filter the converter does not import (the
-    canary's) leaves the zip, and every host's copy of it, byte for byte as it was; a change to one
-    it imports does not."""
+def test_the_converters_zip_holds_ftnative_and_ftdomain_ft_only(tmp_path):
+    """roles/ft_convert/files/pack-tools packs the packages the hosts run: ftnative and the
+    FasterTransformer facts it reads (ftdomain.ft), importable from the zip alone; a change to the
+    controller's part of ftdomain (the canary's) leaves the zip, and every host's copy of it, byte for
+    byte as it was; a change to what the hosts run does not."""
     project = tmp_path / "project"
-    for part in ("ftnative", "filter_plugins"):
+    for part in ("ftnative", "ftdomain"):
         shutil.copytree(ROOT / part, project / part, ignore=shutil.ignore_patterns("__pycache__"))
 
     def pack(name: str) -> bytes:
@@ -240,12 +241,19 @@ def test_the_converters_zip_holds_ftnative_and_only_the_filters_it_imports(tmp_p
 
     first = pack("first.zip")
     names = zipfile.ZipFile(tmp_path / "first.zip").namelist()
-    plugins = sorted(n for n in names if n.startswith("filter_plugins/"))
-    assert plugins == ["filter_plugins/ft_families.py", "filter_plugins/ft_layout.py", "filter_plugins/ft_model.py"]
+    domain = sorted(n for n in names if n.startswith("ftdomain/"))
+    assert domain == sorted(["ftdomain/__init__.py", "ftdomain/errors.py",
+                             *(f"ftdomain/ft/{p.name}" for p in (ROOT / "ftdomain/ft").glob("*.py"))])  # fmt: skip
     assert {f"ftnative/{p.name}" for p in (ROOT / "ftnative").glob("*.py")} <= set(names)
-    with (project / "filter_plugins" / "canary.py").open("a") as f:
+    # from the zip alone (-S: no site-packages, where the project's own editable install would answer)
+    probe = "import ftdomain.ft.layout, ftdomain.ft.model, ftdomain.ft.families as f; print(sorted(f.FAMILIES))"
+    done = subprocess.run([sys.executable, "-S", "-c", probe], env={"PYTHONPATH": str(tmp_path / "first.zip")},
+                          cwd=tmp_path, capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['bloom',", "'gpt',", "'gptj',", "'gptneox',", "'llama']"]
+    with (project / "ftdomain" / "fleet" / "canary.py").open("a") as f:
         f.write("\n# another line\n")
     assert pack("second.zip") == first
-    with (project / "filter_plugins" / "ft_layout.py").open("a") as f:
+    with (project / "ftdomain" / "ft" / "layout.py").open("a") as f:
         f.write("\n# another line\n")
     assert pack("third.zip") != first

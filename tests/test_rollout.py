@@ -1,5 +1,6 @@
 """ftfleet plan's rollout line: the serve stage's batches for Ansible's `serial` forms (checked
-against Ansible's own batches), the restart times an apply records, and the estimate from them."""
+against Ansible's own batches), the restart times an apply records, and the estimate from them;
+and the rollout's shape (playbooks/rollout.yml)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 import re
 import sys
 
-from conftest import run_playbook
+import yaml
+from conftest import ROOT, run_playbook
 
 from ftfleet import rollout
 from ftfleet.events import Run, rollout_plays
@@ -16,7 +18,7 @@ FORMS = [1, 3, "25%", "30%", "100%", [1, "50%"], [1, 2, "40%"], [2, 5]]
 
 
 def test_the_batches_are_ansibles_for_every_form_of_serial(tmp_path):
-    """One play per form, its `serial` written as serve.yml writes it, on 7 local hosts: the
+    """One play per form, its `serial` written as the rollout (playbooks/rollout.yml) writes it, on 7 local hosts: the
     batches Ansible makes are the ones rollout.batch_sizes computes."""
     hosts = {f"h{n}": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable} for n in range(7)}
     inventory = tmp_path / "hosts.json"
@@ -61,7 +63,8 @@ def event(kind: str, host: str, at: str, *, role: str = "", duration: float = 0.
 
 
 def test_an_apply_records_each_restart_and_the_hosts_the_rollout_batches(tmp_path):
-    name, same_hosts = rollout_plays()
+    names, same_hosts = rollout_plays()
+    name = names[0]
     prepare = next(play for play in same_hosts if play != name)
     run = Run()
     for e in [event("playbook_on_play_start", "", "00.000", play=prepare),
@@ -80,3 +83,28 @@ def test_an_apply_records_each_restart_and_the_hosts_the_rollout_batches(tmp_pat
     (runs / "20261125-090000-apply").mkdir(parents=True)
     (runs / "20261125-090000-apply" / "report.json").write_text(json.dumps({"rollout": {"h1": 99.0, "h2": 20.0}}))
     assert rollout.restart_seconds(runs) == {"h1": 27.5, "h2": 20.0}  # the newest run's time first
+
+
+def test_the_rollout_reads_top_down_in_one_playbook():
+    """site.yml's models and serve stages are one playbook whose plays are the rollout's steps, in
+    order, each named; no playbook is imported twice, no switch variable is set from outside, and
+    both batched plays (the canaries' wave and the waiting hosts') are found for the report."""
+    site = yaml.safe_load((ROOT / "site.yml").read_text())
+    imported = [entry["ansible.builtin.import_playbook"] for entry in site]
+    assert len(imported) == len(set(imported))
+    assert "playbooks/rollout.yml" in imported
+    assert all(set(entry) == {"name", "ansible.builtin.import_playbook"} for entry in site), site
+    plays = yaml.safe_load((ROOT / "playbooks" / "rollout.yml").read_text())
+    assert not any("ansible.builtin.import_playbook" in play or "import_playbook" in play for play in plays)
+    steps = [(play["tags"][0], play["name"]) for play in plays]
+    order = [tag for tag, _ in steps]
+    first_serve, judge = order.index("serve"), [name for _, name in steps].index("Judge the canaries")
+    assert order[:first_serve] == ["models", "models"]  # elect, prepare the first wave
+    assert set(order[first_serve : judge + 1]) == {"serve"}
+    assert order[judge + 1 :] == ["models", "serve", "serve", "serve"]  # the rest: prepare, write, roll out, gate
+    names, serving = rollout_plays()
+    assert len(names) == 2
+    assert all(name in serving for name in names)
+    text = (ROOT / "playbooks" / "rollout.yml").read_text() + (ROOT / "site.yml").read_text()
+    for switch in ("__fleet_serve_follows", "__models_hosts", "__serve_hosts"):
+        assert switch not in text

@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
+from ftdomain.ft.families import FAMILIES as REGISTRY  # noqa: E402
+from ftdomain.ft.model import ft_model_params  # noqa: E402
 from ftnative.convert import convert  # noqa: E402
 from ftnative.decode import load  # noqa: E402
-from ftnative.registry import FAMILIES as REGISTRY  # noqa: E402
-from ftnative.registry import ft_model_params  # noqa: E402
 
 WEIGHT_DTYPES = {family: spec.weight_dtypes for family, spec in REGISTRY.items()}
 
@@ -173,8 +173,7 @@ def gemm_check(driver: Path, gemm: Path, work: Path) -> dict:
     """FT's gpt_gemm with the arguments role ft_gemm_tune computes (its defaults: batch 8, beam 1,
     input 32; fp16; tp 1) for the tiny GPT-2, then the driver in the directory of the
     gemm_config.in it wrote (FT reads it from the working directory) and in one without it."""
-    sys.path.insert(0, str(ROOT / "filter_plugins"))
-    from ft_commands import ft_gemm_argv  # noqa: PLC0415 - the role's own computation
+    from ftdomain.ft.commands import ft_gemm_argv  # noqa: PLC0415
 
     config = json.loads((work / "gpt" / "hf" / "config.json").read_text())
     argv = ft_gemm_argv(ft_model_params(config, "gpt"), 8, 1, 32, "fp16", 1, binary=str(gemm))

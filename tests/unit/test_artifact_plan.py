@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from fleet_artifacts import fleet_artifact_plans
+
+from ftdomain.fleet.artifacts import fleet_artifact_plans
 
 HOSTS = ["a", "b", "c", "d"]
 

@@ -4,7 +4,15 @@ asked, and the verdict from its answers and the golden prompts'."""
 from __future__ import annotations
 
 import pytest
-from canary import canary_change, canary_golden_failures, canary_held, canary_picks, canary_queries, canary_verdict
+
+from ftdomain.fleet.canary import (
+    canary_change,
+    canary_golden_failures,
+    canary_held,
+    canary_picks,
+    canary_queries,
+    canary_verdict,
+)
 
 LIMITS = {"max_error_ratio": 0.01, "max_p95_ratio": 1.5, "max_restarts": 0}
 

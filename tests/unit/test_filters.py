@@ -6,11 +6,19 @@ import configparser
 
 import pytest
 from configs import GPT2, GPTJ_6B, H2OGPT_6_9B, KOGPT_6B, LLAMA_7B, SEEDS
-from cuda_compat import cuda_sm, triton_driver_ok, triton_min_driver
-from ft_commands import ft_converter_argv, ft_gemm_argv
-from ft_families import FAMILIES, AnsibleFilterError, ft_family
-from ft_layout import ft_config_ini, ft_expected_files, ft_parameter_count, ft_shard_dir, ft_weight_bytes_per_gpu
-from ft_model import ft_check_parallelism, ft_kernel_problems, ft_model_params, ft_parallelism_problems
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.ft.commands import ft_converter_argv, ft_gemm_argv
+from ftdomain.ft.cuda import cuda_sm, triton_driver_ok, triton_min_driver
+from ftdomain.ft.families import FAMILIES, ft_family
+from ftdomain.ft.layout import (
+    ft_config_ini,
+    ft_expected_files,
+    ft_parameter_count,
+    ft_shard_dir,
+    ft_weight_bytes_per_gpu,
+)
+from ftdomain.ft.model import ft_check_parallelism, ft_kernel_problems, ft_model_params, ft_parallelism_problems
 
 
 def params(seed: str) -> dict:
@@ -585,7 +593,7 @@ GPT2_TOKENIZER = {"added_tokens": [{"id": 50256, "content": "<|endoftext|>", "sp
     ],
 )  # fmt: skip
 def test_the_tokenizers_bos_and_eos_ids_come_from_its_files(files, expected):
-    from ft_model import tokenizer_special_ids  # noqa: PLC0415
+    from ftdomain.ft.model import tokenizer_special_ids  # noqa: PLC0415
 
     assert tokenizer_special_ids(files.get) == expected
 
@@ -593,7 +601,7 @@ def test_the_tokenizers_bos_and_eos_ids_come_from_its_files(files, expected):
 def test_a_config_json_that_disagrees_with_its_tokenizer_is_refused_with_the_fix():
     """decapoda-research/llama-7b-hf: config.json says bos 0 and eos 1, its tokenizer.model <s> 1
     and </s> 2; FT would never stop at the tokenizer's end of text."""
-    from ft_model import ft_token_id_problems, tokenizer_special_ids  # noqa: PLC0415
+    from ftdomain.ft.model import ft_token_id_problems, tokenizer_special_ids  # noqa: PLC0415
 
     decapoda = tokenizer_special_ids({"tokenizer_config.json": {"tokenizer_class": "LLaMATokenizer"}}.get)
     problems = ft_token_id_problems({**LLAMA_7B, "bos_token_id": 0, "eos_token_id": 1}, decapoda)

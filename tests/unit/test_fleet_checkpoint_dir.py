@@ -7,13 +7,14 @@ import json
 import os
 
 import pytest
-from fleet_checkpoint_dir import (
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.checkpoint_dir import (
     fleet_checkpoint_dir,
     fleet_checkpoint_dir_files,
     fleet_checkpoint_dir_id,
     fleet_checkpoint_dir_problems,
 )
-from ft_families import AnsibleFilterError
 
 
 @pytest.fixture

@@ -8,16 +8,13 @@ from collections.abc import Mapping
 
 import pytest
 from configs import GPTJ_6B, LLAMA_7B
-from cuda_compat import container_sms
-from fleet_inputs import (
-    fleet_input_names,
-    fleet_input_problems,
-    ft_model_params_problems,
-    role_outputs,
-    role_specs,
-    triton_model_repo_problems,
-)
-from ft_families import AnsibleFilterError
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.ft.cuda import container_sms
+from ftdomain.inputs import derived
+from ftdomain.inputs.checks import fleet_input_names, fleet_input_problems, ft_model_params_problems
+from ftdomain.inputs.derived import role_outputs, role_specs
+from ftdomain.inputs.server import triton_model_repo_problems
 
 MODEL = {"name": "kogpt", "family": "gptj", "source": {"url": "https://huggingface.co/kakaobrain/kogpt",
                                                        "revision": "KoGPT6B-ryan1.5b-float16"}}  # fmt: skip
@@ -318,28 +315,30 @@ def test_a_shipped_chat_template_or_a_file_on_the_controller_is_accepted(tmp_pat
         assert [p for p in fleet_input_problems(values, A100) if "chat_template" in p] == [], name
 
 
-def test_the_derived_tables_are_kept_on_disk_for_the_same_files_only(tmp_path, monkeypatch):
-    """Each host's check runs in a worker of its own: the tables derived from the roles' files
-    come from a JSON file made from the same files (names, sizes, times), never from a stale one."""
-    import fleet_inputs  # noqa: PLC0415
-
+def test_the_derived_tables_come_from_the_file_made_for_the_same_files_only(tmp_path, monkeypatch):
+    """Each host's check runs in a worker of its own: the tables derived from the roles' files come
+    from a JSON file that make setup and the tests write (python -m ftdomain.inputs.derived), made
+    from the same files (names, sizes, times), never from a stale one; a check never writes it."""
     kept = tmp_path / "fleet-inputs.json"
-    monkeypatch.setattr(fleet_inputs, "DERIVED", kept)
-    fleet_inputs._derived.cache_clear()
-    fresh = fleet_inputs._derived()
-    assert json.loads(kept.read_text()) == fresh
+    monkeypatch.setattr(derived, "DERIVED", kept)
+    derived.tables.cache_clear()
+    fresh = derived.tables()
+    assert not kept.exists()  # derived in memory: a filter writes nothing
     assert "fleet_model" in fresh["fleet"]
     assert fresh["specs"]["gateway_port"][0] == "gateway"
+    assert derived.write(kept) == fresh
+    assert json.loads(kept.read_text()) == fresh
     # the same signature: read from the file as it is
     kept.write_text(json.dumps({**fresh, "fleet": ["fleet_marker"]}))
-    fleet_inputs._derived.cache_clear()
-    assert fleet_inputs._derived()["fleet"] == ["fleet_marker"]
-    # another signature (the files changed since): derived again, and written again
-    kept.write_text(json.dumps({**fresh, "signature": "0" * 64, "fleet": ["fleet_marker"]}))
-    fleet_inputs._derived.cache_clear()
-    assert fleet_inputs._derived() == fresh
-    assert json.loads(kept.read_text()) == fresh
-    fleet_inputs._derived.cache_clear()
+    derived.tables.cache_clear()
+    assert derived.tables()["fleet"] == ["fleet_marker"]
+    # another signature (the files changed since): derived again, the file left as it was
+    stale = {**fresh, "signature": "0" * 64, "fleet": ["fleet_marker"]}
+    kept.write_text(json.dumps(stale))
+    derived.tables.cache_clear()
+    assert derived.tables() == fresh
+    assert json.loads(kept.read_text()) == stale
+    derived.tables.cache_clear()
 
 
 class Lazy(Mapping):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from fleet_model import fleet_model_problems, fleet_model_resolved, fleet_source_label
-from ft_families import AnsibleFilterError
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.model import fleet_model_problems, fleet_model_resolved, fleet_source_label
 
 KOGPT = {
     "name": "kogpt",

@@ -1,11 +1,12 @@
-"""One reading of a boolean for every filter (filter_plugins/fleet_values.py), as Ansible's own
+"""One reading of a boolean for every filter (ftdomain/values.py), as Ansible's own
 `bool` filter reads one: the canary, the registry's plans, the monitoring and the placement
 checks agreed on none of "on", numbers and lists before."""
 
 from __future__ import annotations
 
 import pytest
-from fleet_values import FilterModule, truthy
+
+from ftdomain.values import truthy
 
 
 @pytest.mark.parametrize("value", [True, 1, 2, "1", "true", "True", " yes ", "on", "ON", "y", "t", ["a"], {"k": 1}])
@@ -21,7 +22,3 @@ def test_false_values(value):
 def test_none_is_the_default():
     assert truthy(None) is False
     assert truthy(None, True) is True
-
-
-def test_it_adds_no_filter():
-    assert FilterModule().filters() == {}

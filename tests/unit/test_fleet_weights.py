@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from fleet_weights import fleet_checkpoint_weights, fleet_checkpoint_weights_problems
-from ft_families import AnsibleFilterError
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.weights import fleet_checkpoint_weights, fleet_checkpoint_weights_problems
 
 GB = 1_000_000_000
 

@@ -4,9 +4,10 @@ compared with upstream's in tests/test_triton_model_repo.py)."""
 from __future__ import annotations
 
 import pytest
-from ft_families import AnsibleFilterError
-from ft_interface import ft_triton_interface
 from upstream_interface import UPSTREAM, expected_output
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.ft.interface import ft_triton_interface
 
 
 @pytest.mark.parametrize("family", sorted(UPSTREAM))

@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from cuda_compat import TRITON_DRIVERS
+
+from ftdomain.ft.cuda import TRITON_DRIVERS
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE_DIR = ROOT / "roles" / "triton_image" / "files" / "ftb"
@@ -203,7 +204,7 @@ def test_the_command_line_lists_the_versions(capsys):
 
 
 def test_the_recipes_flavours_are_the_family_registrys():
-    from ft_families import FAMILIES, FLAVOURS  # noqa: PLC0415
+    from ftdomain.ft.families import FAMILIES, FLAVOURS  # noqa: PLC0415
 
     assert set(RECIPE["flavours"]) == set(FLAVOURS) == {f.flavour for f in FAMILIES.values()}
     for name, flavour in FLAVOURS.items():

@@ -13,17 +13,25 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from fleet_inputs import fleet_input_problems, gateway_problems
-from ft_families import AnsibleFilterError
-from gateway import gateway_key_records, gateway_probe_key, gateway_tls_file_problems, key_expiry, model_context_length
-from load_balancer import (
+from test_fleet_inputs import GOOD
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.gateway import (
+    gateway_key_records,
+    gateway_probe_key,
+    gateway_tls_file_problems,
+    key_expiry,
+    model_context_length,
+)
+from ftdomain.fleet.load_balancer import (
     load_balancer_backends,
     load_balancer_frontends,
     load_balancer_key_map,
     load_balancer_problems,
     tls_certificate_facts,
 )
-from test_fleet_inputs import GOOD
+from ftdomain.inputs.checks import fleet_input_problems
+from ftdomain.inputs.gateway import gateway_problems
 
 KEY = "ftf-0123456789abcdef"
 SERVING = {**GOOD, "fleet_gateway": True, "fleet_api_keys": [{"name": "alice", "key": KEY}]}

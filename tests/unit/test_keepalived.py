@@ -4,8 +4,9 @@ preflight refuses, from the inventory."""
 from __future__ import annotations
 
 import pytest
-from ft_families import AnsibleFilterError
-from keepalived import keepalived_instances, keepalived_plan, keepalived_problems, load_balancer_peers
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.keepalived import keepalived_instances, keepalived_plan, keepalived_problems, load_balancer_peers
 
 PAIR = {
     "lb-a": {"ansible_host": "10.0.0.11", "load_balancer_vip": "10.0.0.100/24"},

@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from ft_families import FAMILIES
-from ft_layout import ft_expected_files
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from ftdomain.ft.families import FAMILIES
+from ftdomain.ft.layout import ft_expected_files
 
 
 def closed_form_params(family: str, p: dict) -> int:

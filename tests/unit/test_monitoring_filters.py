@@ -7,17 +7,18 @@ import copy
 from pathlib import Path
 
 import pytest
-from fleet_inputs import fleet_input_names, fleet_input_problems
-from ft_families import AnsibleFilterError
-from monitoring import (
+from test_artifact_plan import Counted
+from test_fleet_inputs import GOOD
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.monitoring import (
     BIND_VARS,
     monitoring_input_problems,
     monitoring_reach_problems,
     monitoring_scrape_configs,
     monitoring_targets_summary,
 )
-from test_artifact_plan import Counted
-from test_fleet_inputs import GOOD
+from ftdomain.inputs.checks import fleet_input_names, fleet_input_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 

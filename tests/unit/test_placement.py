@@ -5,9 +5,10 @@ machine's shared work; and the check's cost in lookups (linear in the hosts)."""
 from __future__ import annotations
 
 import pytest
-from fleet_placement import fleet_machine_leader, fleet_placement_problems
-from ft_families import AnsibleFilterError
 from test_artifact_plan import Counted
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.placement import fleet_machine_leader, fleet_placement_problems
 
 MACHINE = {"fleet_model": {"name": "llama-7b"}, "fleet_gpu_devices": [0, 1], "ansible_host": "10.0.0.4"}
 SLOT = {"fleet_machine": "gpu-4", "fleet_model": {"name": "neox"}, "fleet_gpu_devices": [2, 3],

@@ -19,10 +19,3 @@ def truthy(value: Any, default: bool = False) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in TRUE_WORDS
     return bool(value)
-
-
-class FilterModule:
-    """No filters: a module the other filter plugins import (Ansible loads each file here)."""
-
-    def filters(self) -> dict[str, Any]:
-        return {}

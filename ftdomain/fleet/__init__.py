@@ -1,0 +1,1 @@
+"""The fleet's decisions, made on the controller from the inventory's variables and the hosts' facts."""
