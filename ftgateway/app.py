@@ -19,13 +19,15 @@ from .errors import ApiError, triton_error
 from .middleware import BodyLimitAndCounts, Metrics
 from .protocol import AnyRequest, CompletionRequest, GenerateRequest, completion_chunk, usage, validation_error
 from .serving import Gateway
+from .tokenizing import Tokenizing
 from .triton import Triton
 
 __all__ = ["Gateway", "Metrics", "create_app"]  # Gateway and Metrics: where callers found them before the split
 
 
 def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
-    gw = Gateway(settings, triton or Triton(settings.triton_grpc, settings.request_timeout_s, settings.tokenizer_dir))
+    transport = triton or Triton(settings.triton_grpc, settings.request_timeout_s)
+    gw = Gateway(settings, Tokenizing(transport, settings.tokenizer_dir))
     Caller = Annotated[Optional[Key], Depends(gw.auth)]
 
     @asynccontextmanager
@@ -103,7 +105,7 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
 
     @app.get("/metrics")
     async def prometheus():
-        gw.metrics.local_tokenizer.set(1 if getattr(gw.backend, "tokenizing_locally", False) else 0)
+        gw.metrics.local_tokenizer.set(1 if gw.backend.tokenizing_locally else 0)
         return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -14,7 +14,8 @@ from prometheus_client import Counter
 
 from .errors import ApiError, upstream
 from .sampling import Sampling
-from .triton import Tokens, Triton
+from .tokenizing import Tokenizing
+from .triton import Tokens
 
 
 @dataclass
@@ -70,7 +71,7 @@ def common_prefix(a: str, b: str) -> int:
 
 
 class Generation:
-    def __init__(self, backend: Triton, context_length: int, tokens_counter: Counter,
+    def __init__(self, backend: Tokenizing, context_length: int, tokens_counter: Counter,
                  hidden: frozenset[int] = frozenset()) -> None:  # fmt: skip
         self.backend, self.context_length, self.tokens_counter = backend, context_length, tokens_counter
         # The special tokens' ids (tokens.special_ids): the model may generate them (its end of

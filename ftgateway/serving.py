@@ -26,14 +26,15 @@ from .protocol import (
     usage,
 )
 from .sampling import SamplingError, sampling
+from .tokenizing import Tokenizing
 from .tokens import special_ids
-from .triton import Triton
 
 
 class Gateway:
-    """The state behind the routes: settings, keys, rate limits, metrics and the Triton client."""
+    """The state behind the routes: settings, keys, rate limits, metrics and the backend
+    (tokenizing.py over the Triton client)."""
 
-    def __init__(self, settings: Settings, backend: Triton) -> None:
+    def __init__(self, settings: Settings, backend: Tokenizing) -> None:
         self.settings, self.backend = settings, backend
         self.keys = Keys(settings.keys_file, settings.default_rate_per_minute) if settings.keys_file else None
         self.metrics, self.limiter, self.started = Metrics(), RateLimiter(), int(time.time())

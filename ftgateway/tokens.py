@@ -8,7 +8,7 @@ tokenizer.json that is the Rust `tokenizers` library on the same file, which thi
 transformers' decode() does by default). What transformers may add on top (its
 clean_up_tokenization_spaces, whose default changed between releases; a slow tokenizer class) is
 not guessed: the gateway compares this tokenizer with the two models on probe texts before it
-uses it (Triton.local_tokenizer_verified) and keeps calling the models where any differs.
+uses it (tokenizing.py) and keeps calling the models where any differs.
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
 """The model repository's steps over gRPC: preprocessing -> fastertransformer -> postprocessing.
 
 The gateway runs the three steps itself (the ensemble takes the sampling inputs too, as upstream's,
-but streaming token by token needs the steps apart); where the model's tokenizer.json gives the
-same tokens and text in this process (tokens.py, verified against the two models), it tokenizes
-and decodes here and calls only the fastertransformer model. When the fastertransformer
-model is decoupled (triton_model_repo_decoupled), it answers a stream of responses, one per
-generated step, each with the sequence so far; otherwise one response with the whole sequence.
+but streaming token by token needs the steps apart); whether it tokenizes in its own process
+instead of calling the first and last is tokenizing.py's choice, not the transport's. When the
+fastertransformer model is decoupled (triton_model_repo_decoupled), it answers a stream of
+responses, one per generated step, each with the sequence so far; otherwise one response with the
+whole sequence.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -21,9 +19,6 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from .sampling import Sampling
-from .tokens import PROBES, LocalTokenizer
-
-log = logging.getLogger("uvicorn.error")  # uvicorn's own log: the unit's journal
 
 MODELS = ("preprocessing", "fastertransformer", "postprocessing")
 
@@ -59,59 +54,20 @@ class Step:
 
 
 class Triton:
-    def __init__(self, url: str, timeout_s: float, tokenizer_dir: str = "") -> None:
+    def __init__(self, url: str, timeout_s: float) -> None:
         self.url, self.timeout = url, timeout_s
         self._client: grpcclient.InferenceServerClient | None = None
-        # The model's tokenizer in this process (tokens.py), used once it has been found equal to
-        # the preprocessing and postprocessing models (verified again after tritonserver restarts).
-        self.tokenizer_dir = tokenizer_dir
-        self.local: LocalTokenizer | None = None
-        self.local_reason = "not verified yet"
-        self._local_ok: bool | None = None
-        self._verifying = asyncio.Lock()
         # Read from tritonserver once and kept until a call fails or the health check finds it
         # not ready: a restarted tritonserver may serve another repository (a decoupled model or
         # not, another family's postprocessing inputs), and it is unavailable while it restarts.
+        # `resets` counts those times (tokenizing.py verifies the local tokenizer again after one).
         self._post_inputs: dict[str, str] | None = None
         self._decoupled: bool | None = None
+        self.resets = 0
 
     def _forget(self) -> None:
-        self._post_inputs = self._decoupled = self._local_ok = None
-
-    async def _use_local(self) -> bool:
-        """Whether to tokenize in this process: the tokenizer loads and agrees with the models on
-        every probe (ids, stop words, decoded text). Checked on first use and after a restart."""
-        if self._local_ok is None and self.tokenizer_dir:
-            async with self._verifying:
-                if self._local_ok is None:
-                    self.local, self.local_reason = LocalTokenizer.load(self.tokenizer_dir)
-                    differs = await self._local_differs() if self.local else self.local_reason
-                    self.local_reason = differs or "equal to the preprocessing and postprocessing models"
-                    self._local_ok = not differs
-                    log.info("tokenizer in the gateway: %s (%s)", "on" if self._local_ok else "off",
-                             self.local_reason)  # fmt: skip
-        return bool(self._local_ok)
-
-    async def _local_differs(self) -> str:
-        """What the local tokenizer does differently from the models on the probes ("" if nothing)."""
-        assert self.local is not None
-        stops = [" isn't", " ?"]  # no comma: the preprocessing model splits stop words on commas
-        for probe in PROBES:
-            remote = await self._remote_tokenize(probe, stops, 1)
-            ids = self.local.encode(probe)
-            if remote.ids.reshape(-1).tolist() != ids:
-                return f"tokens of {probe!r} differ from the preprocessing model's"
-            if not np.array_equal(remote.stop_ids, self.local.stop_words(stops)):
-                return "stop words' tokens differ from the preprocessing model's"
-            sequence = np.array(ids, dtype=np.uint32).reshape(1, 1, -1)
-            lengths = list(range(len(ids) + 1))
-            if await self._remote_detokenize(sequence, lengths) != [self.local.decode(ids[:n]) for n in lengths]:
-                return f"decoding {probe!r} differs from the postprocessing model's"
-        return ""
-
-    @property
-    def tokenizing_locally(self) -> bool:
-        return bool(self._local_ok)
+        self._post_inputs = self._decoupled = None
+        self.resets += 1
 
     @property
     def client(self) -> grpcclient.InferenceServerClient:
@@ -149,14 +105,7 @@ class Triton:
         return self._decoupled
 
     async def tokenize(self, prompt: str, stop: list[str], max_tokens: int) -> Tokens:
-        if await self._use_local():
-            assert self.local is not None
-            ids = self.local.encode(prompt)
-            return Tokens(ids=np.array([ids], dtype=np.uint32), count=len(ids),
-                          stop_ids=self.local.stop_words(stop) if stop else None)  # fmt: skip
-        return await self._remote_tokenize(prompt, stop, max_tokens)
-
-    async def _remote_tokenize(self, prompt: str, stop: list[str], max_tokens: int) -> Tokens:
+        """The preprocessing model's tokens of the prompt and the stop words."""
         inputs = [
             _tensor("QUERY", np.array([[prompt.encode()]], dtype=object), "BYTES"),
             _tensor("REQUEST_OUTPUT_LEN", np.array([[max_tokens]], dtype=np.uint32), "UINT32"),
@@ -181,20 +130,9 @@ class Triton:
             self._post_inputs = {i["name"]: i.get("data_type", "") for i in config.get("config", {}).get("input", [])}
         return self._post_inputs
 
-    async def detokenize(self, output_ids: np.ndarray, length: int) -> str:
-        return (await self.detokenize_prefixes(output_ids, [length]))[0]
-
     async def detokenize_prefixes(self, output_ids: np.ndarray, lengths: list[int]) -> list[str]:
-        """One sequence ([1, 1, L]) decoded up to each of `lengths`."""
-        if await self._use_local():
-            assert self.local is not None
-            ids = output_ids.reshape(-1).tolist()
-            return [self.local.decode(ids[:n]) for n in lengths]
-        return await self._remote_detokenize(output_ids, lengths)
-
-    async def _remote_detokenize(self, output_ids: np.ndarray, lengths: list[int]) -> list[str]:
-        """The postprocessing model's decoding, in one call: the prefixes go to it as beams of one
-        batch row."""
+        """The postprocessing model's decoding of one sequence ([1, 1, L]) up to each of `lengths`,
+        in one call: the prefixes go to it as beams of one batch row."""
         declared = await self._postprocessing_inputs()
         beams = np.repeat(output_ids.reshape(1, 1, -1), len(lengths), axis=1)
         inputs = [

@@ -300,9 +300,9 @@ out["elsewhere"] = ask("ftf-lab-elsewhere-not-a-secret-04")
 out["expired"] = ask("ftf-lab-expired-not-a-secret-005")
 pair = {"Authorization": "Bearer ftf-lab-pair-key-not-a-secret-03"}
 # Two streams that run long enough to ask a third time while both run: the lab's model answers
-# "Triton" with 240 tokens (about 0.4 s), where "Every role" ends at its end token after 64 (0.1 s,
+# "model" with 240 tokens (about 0.4 s), where "Every role" ends at its end token after 64 (0.1 s,
 # a window that a faster gateway closed before the third request came).
-long = {**body, "prompt": "Triton", "max_tokens": 240, "stream": True}  # the lab's context is 256
+long = {**body, "prompt": "model", "max_tokens": 240, "stream": True}  # the lab's context is 256
 with httpx.Client(timeout=60) as a, httpx.Client(timeout=60) as b, contextlib.ExitStack() as held:
     lines = [held.enter_context(c.stream("POST", url, json=long, headers=pair)).iter_lines() for c in (a, b)]
     out["first_events"] = [next(line)[:6] for line in lines]  # both running now

@@ -568,6 +568,7 @@ def test_a_tokenizer_unlike_the_models_is_not_used(front, tmp_path, change, reas
     out on the probes and keeps calling the models."""
     import asyncio  # noqa: PLC0415
 
+    from ftgateway.tokenizing import Tokenizing  # noqa: PLC0415
     from ftgateway.triton import Triton  # noqa: PLC0415
 
     if front.decoupled:
@@ -576,12 +577,12 @@ def test_a_tokenizer_unlike_the_models_is_not_used(front, tmp_path, change, reas
     (tmp_path / "tokenizer.json").write_text(json.dumps({**spec, **change}))
 
     async def verdict():
-        triton = Triton(front.triton_grpc, 10, str(tmp_path))
+        backend = Tokenizing(Triton(front.triton_grpc, 10), str(tmp_path))
         try:
-            tokens = await triton.tokenize(PROMPT, [], 4)
-            return await triton._use_local(), triton.local_reason, tokens.ids.reshape(-1).tolist()
+            tokens = await backend.tokenize(PROMPT, [], 4)
+            return await backend.use_local(), backend.reason, tokens.ids.reshape(-1).tolist()
         finally:
-            await triton.close()
+            await backend.close()
 
     used, why, ids = asyncio.run(verdict())
     assert not used

@@ -103,7 +103,7 @@ def test_the_triton_image_is_built_by_the_recipe_for_the_hosts_gpus(playbook, tm
         "build_args": {"TRITON_VERSION": "22.04", "SM": sm, "FLAVOUR": flavour, "BUILD_MULTI_GPU": "ON",
                        "TORCH": "OFF"},
         "context_files": [{"src": str(RECIPE / name), "dest": f"ftfleet/{name}"}
-                          for name in ("Dockerfile", "ftb_build.py", "recipe.json")],
+                          for name in ("Dockerfile", "ftb_build.py", "ftb_edits.py", "recipe.json")],
     }  # fmt: skip
     assert specs["ft"]["build_args"]["SM"] == sm
     # Every build arg the role passes is one the Dockerfile declares, and it runs the recipe with each.

@@ -51,6 +51,10 @@ class Family:
     # The layer norms' epsilon where FT's model fixes it and ignores config.ini's layernorm_eps
     # (GptJ.h, GptNeoX.h at df4a753; seen on an H200: docs/testing.md, "The GPU tier").
     fixed_layernorm_eps: float | None = None
+    # Rotary embedding in GPT-NeoX's style (the dimension's two halves rotated together, not
+    # neighbouring pairs): FT's decoder attention takes neox_rotary_style for GptNeoX and void-main's
+    # LLaMA, and applies it through a transpose in shared memory (ft_kernel_problems).
+    neox_rotary: bool = False
 
 
 _BASE_KEYS = ("model_name", "head_num", "size_per_head", "inter_size", "num_layer", "vocab_size")
@@ -238,6 +242,7 @@ FAMILIES: dict[str, Family] = {
         layer_tensors=_gptneox_layer,
         extra_params=_gptneox_extra,
         fixed_layernorm_eps=1e-5,
+        neox_rotary=True,
     ),
     "llama": Family(
         name="llama",
@@ -248,6 +253,7 @@ FAMILIES: dict[str, Family] = {
         weight_dtypes=("fp32", "fp16", "bf16"),
         int8=True,
         flavour="void-main",
+        neox_rotary=True,
         hf_keys={
             "hidden": ("hidden_size",),
             "heads": ("num_attention_heads",),

@@ -161,20 +161,39 @@ VOID_MAIN_HEAD_SIZES = tuple(size for size in FT_HEAD_SIZES if size != 112)
 _KERNELS = "decoder_masked_multihead_attention.cu"
 
 
-def ft_kernel_problems(params: Any) -> list[str]:
-    """What FT's kernels cannot run for the model (empty when it can), as sentences."""
+# GPT-NeoX-style rotary embedding (Family.neox_rotary) goes through a transpose in shared memory in
+# FT's decoder attention; for fp32 with head size 32 a thread's vector is one float, whose
+# vec_from_smem_transpose and write_smem_transpose are empty (decoder_masked_multihead_attention_utils.h,
+# NVIDIA/FasterTransformer df4a753 and void-main's fork alike): every token after the first is
+# generated with a wrong rotation. Seen on an H200: a GPT-NeoX of 2 heads of 32 at fp32 gave
+# transformers' greedy tokens but other log probabilities (cum -0.121 against -0.023) and another
+# second beam (docs/testing.md, "The GPU tier").
+_UTILS = "decoder_masked_multihead_attention_utils.h"
+
+
+def ft_kernel_problems(params: Any, data_type: Any = None) -> list[str]:
+    """What FT's kernels cannot run for the model (empty when it can), as sentences; with
+    `data_type` (fp32, fp16, bf16) also what they run wrongly at that data type."""
     sizes = require_params(params, ("head_num", "size_per_head"), "ft_kernel_problems")
     family = get_family(params.get("family"), "ft_kernel_problems")
     void_main = family.flavour == "void-main"
     valid = VOID_MAIN_HEAD_SIZES if void_main else FT_HEAD_SIZES
-    if sizes["size_per_head"] in valid:
-        return []
-    source = f"{'void-main/' if void_main else 'NVIDIA/'}FasterTransformer's {_KERNELS}"
-    return [
-        f"head size {sizes['size_per_head']} ({params.get('hidden_size', '?')} hidden / {sizes['head_num']} heads) "
-        f"has no kernel in FT's decoder attention (sizes {', '.join(map(str, valid))}; {source}): FT would load "
-        "the model and answer garbage"
-    ]
+    fork = f"{'void-main/' if void_main else 'NVIDIA/'}FasterTransformer's"
+    if sizes["size_per_head"] not in valid:
+        return [
+            f"head size {sizes['size_per_head']} ({params.get('hidden_size', '?')} hidden / {sizes['head_num']} heads) "
+            f"has no kernel in FT's decoder attention (sizes {', '.join(map(str, valid))}; {fork} {_KERNELS}): FT "
+            "would load the model and answer garbage"
+        ]
+    rotary = int(params.get("rotary_embedding") or 0)
+    if family.neox_rotary and rotary > 0 and sizes["size_per_head"] == 32 and data_type == "fp32":
+        return [
+            f"head size 32 at data_type fp32 with {family.model_type}'s rotary embedding ({rotary} dimensions): FT's "
+            "decoder attention leaves that rotation out of every generated token after the first (its shared-memory "
+            f"transpose does nothing for a single float; {fork} {_UTILS}): the answers drift from the model's; "
+            "fix: data_type fp16 or bf16"
+        ]
+    return []
 
 
 def ft_check_parallelism(params: Any, tp: Any, pp: Any = 1, gpu_count: Any = None) -> Any:

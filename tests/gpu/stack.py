@@ -48,6 +48,7 @@ import check  # noqa: E402 - the GPU tier's shared pieces (models, the stand-in)
 torch, transformers = check.torch, check.transformers
 ROOT = check.ROOT
 TOKENIZER = ROOT / "lab" / "models" / "tiny-gpt2"  # its tokenizer.json and tokenizer_config.json
+LAB_MODELS = {"gpt": "tiny-gpt2", "gptneox": "tiny-neox"}  # --lab: the lab's own model of each family
 PROMPT_TEXT = "Every role does one job"
 NEW_TOKENS = 16
 LOGPROB_TOLERANCE = check.LOGPROB_TOLERANCE
@@ -59,8 +60,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_checkpoint(family: str, where: Path) -> tuple:
-    """A random model of the family (seed 0) with the lab tokenizer's vocabulary and end id."""
+def lab_checkpoint(family: str, where: Path) -> tuple:
+    """The lab's own model of the family (lab/models, as `make lab` serves it), copied to `where`."""
+    shutil.copytree(ROOT / "lab" / "models" / LAB_MODELS[family], where)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(where)
+    model = transformers.AutoModelForCausalLM.from_pretrained(where).eval()
+    return model, tokenizer, tokenizer.eos_token_id
+
+
+def make_checkpoint(family: str, where: Path, lab: bool = False) -> tuple:
+    """A random model of the family (seed 0) with the lab tokenizer's vocabulary and end id, or
+    with `lab` the lab's own model of the family."""
+    if lab:
+        return lab_checkpoint(family, where)
     lab = json.loads((TOKENIZER / "config.json").read_text())
     eos = lab["eos_token_id"]
     config = check.FAMILIES[family][1]()
@@ -192,7 +204,7 @@ def new_beams(answer: dict, prompt_len: int) -> list:
 
 def check_family(args, family: str, work: Path) -> dict:
     ckpt = work / family / "checkpoint"
-    model, tokenizer, eos = make_checkpoint(family, ckpt)
+    model, tokenizer, eos = make_checkpoint(family, ckpt, lab=args.lab)
     ids = tokenizer.encode(PROMPT_TEXT)
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=eos,
@@ -374,7 +386,11 @@ def main() -> int:
     parser.add_argument("--client-python", type=Path, default=None, help="a virtualenv with the openai package")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--families", default="gpt,gptj,gptneox,bloom")
+    lab_models = ", ".join(f"{family} {name}" for family, name in LAB_MODELS.items())
+    parser.add_argument("--lab", action="store_true", help=f"the lab's own models (lab/models: {lab_models})")
     args = parser.parse_args()
+    if args.lab and set(args.families.split(",")) - set(LAB_MODELS):
+        parser.error(f"--lab serves the families the lab has a model of: {','.join(LAB_MODELS)}")
     if args.gateway_python and not (args.gateway_app and args.client_python):
         parser.error("--gateway-python needs --gateway-app and --client-python")
     results, failed = [], False

@@ -645,3 +645,25 @@ def test_head_sizes_without_an_ft_kernel_are_named(family, config, words):
 def test_kernel_problems_need_the_models_sizes():
     with pytest.raises(AnsibleFilterError, match="ft_kernel_problems"):
         ft_kernel_problems({"family": "gpt"})
+
+
+@pytest.mark.parametrize(
+    ("family", "config", "data_type", "refused"),
+    [
+        ("gptneox", {**H2OGPT_6_9B, "hidden_size": 1024, "num_attention_heads": 32}, "fp32", True),  # 32 per head
+        ("gptneox", {**H2OGPT_6_9B, "hidden_size": 1024, "num_attention_heads": 32}, "fp16", False),
+        ("gptneox", {**H2OGPT_6_9B, "hidden_size": 1024, "num_attention_heads": 32}, None, False),  # not asked
+        ("gptneox", {**H2OGPT_6_9B, "hidden_size": 2048, "num_attention_heads": 32}, "fp32", False),  # 64
+        ("llama", {**LLAMA_7B, "hidden_size": 1024, "num_attention_heads": 32}, "fp32", True),
+        ("llama", {**LLAMA_7B, "hidden_size": 1024, "num_attention_heads": 32}, "bf16", False),
+        ("gptj", {**GPTJ_6B, "n_head": 128}, "fp32", False),  # GPT-J's rotary is interleaved, not GPT-NeoX's
+    ],
+)  # fmt: skip
+def test_gpt_neox_style_rotary_at_fp32_with_heads_of_32_is_refused(family, config, data_type, refused):
+    """FT's decoder attention applies GPT-NeoX-style rotary through a shared-memory transpose that is
+    empty for one float (fp32, head size 32): refused at that data type only, with the source named."""
+    problems = ft_kernel_problems(ft_model_params(config, family), data_type)
+    assert bool(problems) is refused, problems
+    if refused:
+        assert problems[0].startswith("head size 32 at data_type fp32 with ")
+        assert "decoder_masked_multihead_attention_utils.h" in problems[0]

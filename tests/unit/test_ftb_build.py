@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from ftdomain.ft.cuda import TRITON_DRIVERS
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE_DIR = ROOT / "roles" / "triton_image" / "files" / "ftb"
+sys.path.insert(0, str(RECIPE_DIR))  # as a script run there finds ftb_edits.py beside it
 _spec = importlib.util.spec_from_file_location("ftb_build", RECIPE_DIR / "ftb_build.py")
 ftb = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ftb)
