@@ -365,13 +365,13 @@ def a_bad_revision_goes_to_one_host_under_load_and_comes_back_by_itself() -> Non
 
 # What a batch-size change makes on each host, in order: config.pbtxt, the unit and the restart
 # recorded (every host prepared at once), then in the rollout, host by host, the recorded restart:
-# the drain in HAProxy, the restart, and back into rotation.
+# the drain in HAProxy (the rollout play's first task, no handler), the restart, and back into rotation.
 ROLLOUT = [
     ("triton_model_repo", "Write the models' config.pbtxt", False),
     ("triton_server", "configure | Write triton-tiny-gpt2.service", False),
     ("triton_server", "Record tritonserver's restart for the rollout", True),
+    ("lb_member", "Drain this host in the load balancers", False),
     ("triton_server", "service | Restart for the change recorded by the prepare phase or an earlier run", False),
-    ("lb_member", "Drain this host in the load balancers", True),
     ("triton_server", "Restart tritonserver", True),
     ("lb_ready", "Put this host back on each load balancer, in model_tiny-gpt2", False),
 ]

@@ -219,7 +219,7 @@ def check_family(args, family: str, work: Path) -> dict:
         shutil.copytree(rendered, repo)
         shutil.rmtree(Path(str(args.device_root)) / "ckpt" / family, ignore_errors=True)
         shutil.copytree(ckpt, Path(str(args.device_root)) / "ckpt" / family)
-        shards = check.convert(ckpt, repo / "fastertransformer" / "1", family, 1, "fp32", log=lambda _m: None)
+        shards = check.convert(ckpt, repo / "fastertransformer" / "1", family, args.tp, "fp32", log=lambda _m: None)
         started = time.monotonic()
         with tritonserver(args, repo, work) as (base, grpc, log):
             result[f"{variant}_ready_s"] = round(time.monotonic() - started, 1)
@@ -386,6 +386,7 @@ def main() -> int:
     parser.add_argument("--client-python", type=Path, default=None, help="a virtualenv with the openai package")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--families", default="gpt,gptj,gptneox,bloom")
+    parser.add_argument("--tp", type=int, default=1, help="the tensor-parallel size the repositories were rendered for")
     lab_models = ", ".join(f"{family} {name}" for family, name in LAB_MODELS.items())
     parser.add_argument("--lab", action="store_true", help=f"the lab's own models (lab/models: {lab_models})")
     args = parser.parse_args()
