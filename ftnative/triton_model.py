@@ -7,15 +7,17 @@ ftnative.decode.Model.steps (top-k/top-p with top_p_decay, temperature, repetiti
 and stop words, end_id, log probabilities), Model.beam_search for beam_width > 1 (len_penalty,
 beam_search_diversity_rate). p-tuning prompts are refused by name. Used where no GPU and no FT
 build exist (the lab, the tests), so the ensemble, the tokenizing models and the clients are the
-production ones. Install it as fastertransformer/1/model.py, with a `python_path` parameter
-naming the directory that holds ftnative (the backend's interpreter ignores PYTHONPATH).
+production ones. Install it as backends/fastertransformer/model.py, with ftnative importable by
+the Python the backend's stub embeds: in its site-packages or named by a .pth file there (that
+interpreter is isolated and ignores PYTHONPATH), as lab/tritonserver-cpu.Dockerfile does.
 """
 
 import json
-import sys
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+from ftnative.decode import load
 
 
 def _scalar(request, name, default, cast):
@@ -26,12 +28,6 @@ def _scalar(request, name, default, cast):
 class TritonPythonModel:
     def initialize(self, args):
         params = {k: v["string_value"] for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
-        # The backend's interpreter ignores PYTHONPATH: the path to ftnative comes from config.pbtxt.
-        for path in reversed([p for p in params.get("python_path", "").split(":") if p]):
-            if path not in sys.path:
-                sys.path.insert(0, path)
-        from ftnative.decode import load  # noqa: PLC0415 - importable only once the paths are set
-
         self.model = load(params["model_checkpoint_path"])
         self.end_id = self.model.params.get("end_id")
         config = json.loads(args["model_config"])

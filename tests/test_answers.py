@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import urllib.error
 import urllib.request
 
@@ -23,7 +22,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("pytriton")
-sys.path.insert(0, str(ROOT))
 
 LAB_MODEL = ROOT / "lab" / "models" / "tiny-gpt2"
 PROMPT, MAX = "Every role", 120

@@ -10,11 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, git, run_playbook
+from conftest import git, run_playbook
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-sys.path.insert(0, str(ROOT))
 
 from ftnative.decode import load  # noqa: E402
 

@@ -22,7 +22,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from ftnative.convert import ConversionError, convert  # noqa: E402
 from ftnative.decode import ModelError, load  # noqa: E402

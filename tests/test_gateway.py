@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("pytriton")
-sys.path.insert(0, str(ROOT))
 from prometheus_client import generate_latest  # noqa: E402
 
 from ftgateway.app import Metrics  # noqa: E402

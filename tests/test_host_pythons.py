@@ -26,7 +26,6 @@ from tritonlocal import gpt_repository, greedy_completion, python_env, start_gat
 transformers = pytest.importorskip("transformers")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("pytriton")
-sys.path.insert(0, str(ROOT))
 from ftgateway.config import hash_key  # noqa: E402
 
 HOST_PYTHONS = ("3.9", "3.10", "3.11", "3.12")  # RHEL 9, Ubuntu 22.04, Debian 12, Ubuntu 24.04

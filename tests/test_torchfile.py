@@ -28,7 +28,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from benchmarks.gptj_checkpoint import to_pytorch_bin  # noqa: E402
 from ftnative.checkpoint import Checkpoint, CheckpointError, _TorchFile  # noqa: E402

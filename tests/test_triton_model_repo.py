@@ -24,7 +24,6 @@ pytriton = pytest.importorskip("pytriton")
 model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
 from google.protobuf import text_format  # noqa: E402
 
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 from upstream_interface import UPSTREAM, expected_output  # noqa: E402
 
@@ -180,24 +179,25 @@ def test_int8_with_fp32_is_refused(playbook, tmp_path):
     assert "with fleet_model.data_type=fp32: int8 needs fp16 or bf16" in out
 
 
-def served_repository(playbook, tmp_path: Path, family: str, python_path: str = ""):
+def test_the_removed_python_path_is_refused_with_what_to_do_instead(playbook, tmp_path):
+    """The tokenizing models no longer extend their import path from config.pbtxt: a variable that
+    once did so is refused, not silently ignored."""
+    rc, out = render(playbook, tmp_path / "repos", ["gpt"], triton_model_repo_python_path="/opt/site")
+    assert rc != 0
+    assert "triton_model_repo_python_path is no more" in out
+    assert ".pth file" in out
+
+
+def served_repository(playbook, tmp_path: Path, family: str):
     """A tiny model of the family, its repository as the role writes it for tp 2 and its shards,
-    config.pbtxt unchanged but for one parameter telling the stand-in where ftnative is.
-    `python_path` (default: this project and this Python's site-packages) is where the Python
-    backend's models import from besides their interpreter's own.
-    Returns (tokenizer, model, repository, shards)."""
+    config.pbtxt unchanged. Returns (tokenizer, model, repository, shards)."""
     checkpoint = tmp_path / "checkpoint"
     tokenizer, model = tiny_model(family, checkpoint)
     repo = tmp_path / "repos" / family
-    site = python_path or f"{ROOT}:{Path(transformers.__file__).parents[1]}"
     rc, out = render(playbook, tmp_path / "repos", [family], container=str(repo), tokenizer=str(checkpoint),
-                     fleet_tensor_para_size=2, triton_model_repo_python_path=site)  # fmt: skip
+                     fleet_tensor_para_size=2)  # fmt: skip
     assert rc == 0, out
     shards = convert(checkpoint, repo / "fastertransformer" / "1", family, 2, "fp32", log=lambda _m: None)
-    ft_config = repo / "fastertransformer" / "config.pbtxt"
-    ft_config.write_text(
-        ft_config.read_text() + f'parameters {{ key: "python_path" value: {{ string_value: "{site}" }} }}\n'
-    )
     return tokenizer, model, repo, shards
 
 
@@ -221,8 +221,8 @@ SERVED_ON = {"gptj": "3.8", "llama": "3.10", "gpt": "3.12", "gptneox": "", "bloo
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(playbook, tmp_path, family):
-    """The repository as the role writes it, config.pbtxt unchanged but for one parameter
-    telling the stand-in where ftnative is: `backend: "fastertransformer"` is served by a
+    """The repository as the role writes it, config.pbtxt unchanged:
+    `backend: "fastertransformer"` is served by a
     Python-based backend of that name (backends/fastertransformer/model.py, the CPU stand-in),
     as in the lab's serving image, so Triton validates the real configuration and ensemble. The
     model repository's Python (preprocessing, postprocessing, tokenizer_model) runs in the Python
@@ -237,7 +237,7 @@ def test_the_repository_loads_in_tritonserver_and_answers_through_the_ensemble(p
     venv = python_env(python, UPSTREAM_TOKENIZING, "--only-binary=:all:")
     versions = installed(venv, "transformers", "tokenizers", "numpy", "sentencepiece")
     print(f"{family} on Python {python}: {versions}")
-    tokenizer, model, repo, _ = served_repository(playbook, tmp_path, family, python_path=str(ROOT))
+    tokenizer, model, repo, _ = served_repository(playbook, tmp_path, family)
     assert_ensemble_answers(repo, tmp_path, tokenizer, model, python=venv)
 
 
@@ -393,7 +393,7 @@ def test_the_stand_in_spends_its_cpu_decoding_not_spinning(playbook, tmp_path):
     # OpenBLAS (Debian's python3-numpy, this machine's system one, may use the single-threaded
     # reference BLAS, where there is nothing to see). The gpt family's environment of the test above.
     venv = python_env(SERVED_ON["gpt"], UPSTREAM_TOKENIZING, "--only-binary=:all:")
-    tokenizer, _, repo, _ = served_repository(playbook, tmp_path, "gpt", python_path=str(ROOT))
+    tokenizer, _, repo, _ = served_repository(playbook, tmp_path, "gpt")
     ids, end_id = tokenizer.encode("Ansible automation that takes bare GPU hosts"), tokenizer.eos_token_id
     with tritonserver(repo, tmp_path, venv) as server:
         url = f"127.0.0.1:{server.http}"

@@ -78,6 +78,15 @@ def greedy_completion(checkpoint: Path, prompt: str, tokens: int) -> str:
     return tokenizer.decode(out)
 
 
+def venv_home(venv: Path) -> Path:
+    """The directory of a virtualenv's base interpreter, from its pyvenv.cfg."""
+    for line in (venv / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            return Path(value.strip())
+    raise ValueError(f"{venv}/pyvenv.cfg names no home")
+
+
 def venv_version(venv: Path) -> str:
     """A virtualenv's Python as major.minor, from its pyvenv.cfg."""
     for line in (venv / "pyvenv.cfg").read_text().splitlines():
@@ -100,34 +109,51 @@ class Server:
 STAND_IN_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 
+def stub_python(work: Path, python: Path | None) -> tuple[Path, str]:
+    """The Python the backend's stub embeds, made in work/stub-python as a serving image has it:
+    a virtualenv of the system python3 (or of `python`'s base interpreter), whose site-packages
+    holds one .pth file naming this checkout (ftnative, for the stand-in) and the packages (this
+    virtualenv's, with transformers for the tokenizing models; or `python`'s own). The stub's
+    interpreter is isolated (PyConfig_InitIsolatedConfig: PYTHONPATH is ignored) but reads .pth
+    files in its site-packages, so the models import with no path of their own.
+    Returns (the virtualenv, its major.minor)."""
+    import transformers  # noqa: PLC0415 - heavy; only the tests that serve a model load it
+
+    base, packages = Path("/usr/bin/python3"), Path(transformers.__file__).parents[1]
+    if python is not None:
+        base = venv_home(python) / "python3"
+        packages = Path(next((python / "lib").glob("python3.*/site-packages")))
+    stub = work / "stub-python"
+    if not (stub / "pyvenv.cfg").is_file():
+        subprocess.run([str(base), "-m", "venv", "--without-pip", str(stub)], check=True)
+    site = next((stub / "lib").glob("python3.*/site-packages"))
+    (site / "ftfleet-tests.pth").write_text(f"{ROOT}\n{packages}\n")
+    return stub, venv_version(stub)
+
+
 @contextlib.contextmanager
 def tritonserver(repo: Path, work: Path, python: Path | None = None) -> Iterator[Server]:
     """Start tritonserver on 127.0.0.1 with `repo`, wait until ready, stop it afterwards.
 
-    The Python backend runs on this machine's system python3 (Debian's, with its numpy), or on
-    `python`: a virtualenv of another Python (the serving images' 3.8 or 3.10), whose stub the
-    wheel ships, whose libpython comes from the interpreter the virtualenv was made from."""
+    The Python backend runs on this machine's system python3 with this virtualenv's packages, or
+    on `python`: a virtualenv of another Python (the serving images' 3.8 or 3.10) with its own,
+    whose stub the wheel ships, whose libpython comes from its base interpreter (stub_python)."""
     import pytriton  # noqa: PLC0415
 
     server = Path(pytriton.__file__).parent / "tritonserver"
     site = Path(pytriton.__file__).parents[1]
+    stub, version = stub_python(work, python)
     backends = work / "backends"
     if not backends.exists():
         shutil.copytree(server / "backends", backends)
-        py = f"{sys.version_info.major}.{sys.version_info.minor}" if python is None else venv_version(python)
-        shutil.copy(server / "python_backend_stubs" / py / "triton_python_backend_stub", backends / "python")
+        shutil.copy(server / "python_backend_stubs" / version / "triton_python_backend_stub", backends / "python")
         (backends / "fastertransformer").mkdir()
         shutil.copy(ROOT / "ftnative" / "triton_model.py", backends / "fastertransformer" / "model.py")
     ports = Server(free_port(), free_port(), free_port(), work / "tritonserver.log")
-    # The stub embeds the system libpython and takes its prefix from the python3 on PATH: keep
-    # the system one first, not a virtualenv (whose stdlib may come from another 3.11 build).
-    libs = [str(site / "nvidia_pytriton.libs")]
-    path = "/usr/bin:/bin"
-    if python is not None:  # its bin first (the stub's prefix), its base interpreter's libpython
-        home = Path(next(line.split("=", 1)[1].strip() for line in (python / "pyvenv.cfg").read_text().splitlines()
-                         if line.startswith("home")))  # fmt: skip
-        libs.append(str(home.parent / "lib"))
-        path = f"{python / 'bin'}:{path}"
+    # The stub takes its prefix from the python3 on PATH (the virtualenv's, whose pyvenv.cfg
+    # names its base) and links its base interpreter's libpython.
+    libs = [str(site / "nvidia_pytriton.libs"), str(venv_home(stub).parent / "lib")]
+    path = f"{stub / 'bin'}:/usr/bin:/bin"
     env = {**os.environ, **STAND_IN_ENV, "PATH": path, "LD_LIBRARY_PATH": ":".join(libs)}
     with ports.log.open("w") as log:
         proc = subprocess.Popen(
@@ -245,29 +271,20 @@ REPOSITORY_PLAY = """
         triton_model_repo_dir: "{repo}"
         triton_model_repo_container_dir: "{repo}"
         triton_model_repo_container_tokenizer_dir: "{checkpoint}"
-        triton_model_repo_python_path: "{python_path}"
         triton_model_repo_decoupled: {decoupled}
 """
 
 
 def gpt_repository(work: Path, checkpoint: Path, *, tp: int, decoupled: bool, name: str = "tiny") -> Path:
     """work/repo: the gpt family's model repository as triton_model_repo writes it (the tokenizer
-    from `checkpoint`), the checkpoint converted there for `tp`, and the one parameter that tells
-    the CPU stand-in where ftnative and this Python's packages are."""
-    import transformers  # noqa: PLC0415 - heavy; only the tests that serve a model load it
+    from `checkpoint`) and the checkpoint converted there for `tp`."""
+    from ftnative.convert import convert  # noqa: PLC0415 - heavy; only the tests that serve a model load it
 
-    sys.path.insert(0, str(ROOT))
-    from ftnative.convert import convert  # noqa: PLC0415
-
-    repo, site = work / "repo", Path(transformers.__file__).parents[1]
-    play = REPOSITORY_PLAY.format(name=name, repo=repo, checkpoint=checkpoint, python_path=f"{ROOT}:{site}",
-                                  decoupled=str(decoupled).lower())  # fmt: skip
+    repo = work / "repo"
+    play = REPOSITORY_PLAY.format(name=name, repo=repo, checkpoint=checkpoint, decoupled=str(decoupled).lower())
     (work / "play.yml").write_text(play)
     done = run_playbook(work / "play.yml", "-i", "localhost,", "-e", f"fleet_tensor_para_size={tp}",
                         "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     convert(checkpoint, repo / "fastertransformer" / "1", "gpt", tp, "fp32", log=lambda _m: None)
-    ft_config = repo / "fastertransformer" / "config.pbtxt"
-    path = f'parameters {{ key: "python_path" value: {{ string_value: "{ROOT}:{site}" }} }}\n'
-    ft_config.write_text(ft_config.read_text() + path)
     return repo

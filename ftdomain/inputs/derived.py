@@ -70,9 +70,10 @@ def signature() -> str:
     return hashlib.sha256(json.dumps(stamp).encode()).hexdigest()
 
 
-def derive() -> dict[str, Any]:
-    """The four tables, read afresh from the project's files."""
-    return {"signature": signature(), "specs": _read_specs(), "defaults": _read_defaults(),
+def derive(made_from: str | None = None) -> dict[str, Any]:
+    """The four tables, read afresh from the project's files (`made_from`: their signature() when
+    the caller has just computed it)."""
+    return {"signature": made_from or signature(), "specs": _read_specs(), "defaults": _read_defaults(),
             "outputs": _read_outputs(), "fleet": _read_fleet_names()}  # fmt: skip
 
 
@@ -94,7 +95,8 @@ def tables() -> dict[str, Any]:
         kept = json.loads(DERIVED.read_text())
     except (OSError, ValueError):
         kept = {}
-    return kept if kept.get("signature") == signature() else derive()
+    now = signature()
+    return kept if kept.get("signature") == now else derive(now)
 
 
 @functools.cache

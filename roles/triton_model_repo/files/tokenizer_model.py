@@ -1,11 +1,10 @@
 """What the two tokenizing Triton models share (installed beside each model.py; Triton's Python
-backend imports from the model's own directory): their config.pbtxt parameters, the extra import
-paths of `python_path` (the backend's interpreter ignores PYTHONPATH), and the model's own
-tokenizer from `tokenizer_dir`, loaded offline (never downloaded at load time)."""
+backend imports from the model's own directory): their config.pbtxt parameters and the model's
+own tokenizer from `tokenizer_dir`, loaded offline (never downloaded at load time), by the
+transformers of the Python the backend's stub embeds (the serving image's)."""
 
 import json
 import os
-import sys
 from pathlib import Path
 
 # LLaMA's conversions made before transformers named the class LlamaTokenizer (4.28), such as
@@ -44,7 +43,4 @@ class TokenizerModel:
     def initialize(self, args):
         os.environ["HF_HUB_OFFLINE"] = "1"
         self.params = {k: v["string_value"] for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
-        for path in reversed([p for p in self.params.get("python_path", "").split(":") if p]):
-            if path not in sys.path:
-                sys.path.insert(0, path)
-        self.tokenizer = load_tokenizer(self.params["tokenizer_dir"])  # transformers: only once the paths are set
+        self.tokenizer = load_tokenizer(self.params["tokenizer_dir"])
