@@ -38,6 +38,7 @@ from ftdomain.fleet.canary import (
     canary_picks,
     canary_queries,
     canary_verdict,
+    haproxy_sessions,
 )
 
 
@@ -50,4 +51,5 @@ class FilterModule:
             "canary_queries": canary_queries,
             "canary_golden_failures": canary_golden_failures,
             "canary_verdict": canary_verdict,
+            "haproxy_sessions": haproxy_sessions,
         }

@@ -348,6 +348,10 @@ def a_bad_revision_goes_to_one_host_under_load_and_comes_back_by_itself() -> Non
     assert done.returncode == 0, out[-6000:]
     bad = json.loads(out.strip().splitlines()[-1])["cases"]["bad"]
     assert bad["failed"] == 0, bad
+    # No client was told the bad revision's answer: it failed its golden prompts before it took
+    # traffic (HAProxy's counters of lab-node1 from then to the verdict: 0 sessions).
+    assert bad["wrong"] == 0, bad
+    assert bad["new_revision_requests"] == 0, bad
     assert bad["requests"] >= 50, bad
     assert "golden prompt 'Every role'" in bad["verdict"], bad
     assert bad["serving"]["lab-node1"] == bad["serving"]["lab-node2"] != bad["new"], bad

@@ -133,9 +133,33 @@ def _number(answer: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+# What no revision worth serving answers, whatever its prompt (checked on every golden prompt and
+# on the probe that every canary is asked): U+FFFD stands for bytes that decode to no text.
+REPLACEMENT = "\ufffd"
+
+
+def _nonsense(prompt: str, text: str, choice: Mapping[str, Any], usage: Mapping[str, Any], asked: int) -> str:
+    """Why an answer is wrong whatever was expected ('' when it is not): empty, ended at once, or
+    holding replacement characters (one or more at the very end of a completion cut by max_tokens
+    are a character cut in two, not a fault)."""
+    finish, tokens = choice.get("finish_reason"), usage.get("completion_tokens")
+    if not text.strip():
+        return f"golden prompt {prompt!r}: answered nothing ({finish or 'no finish_reason'})"
+    if finish == "stop" and isinstance(tokens, int) and tokens < 2 <= asked:
+        return f"golden prompt {prompt!r}: ended at once ({tokens} token of {asked}: {text!r})"
+    body = text.rstrip(REPLACEMENT) if finish == "length" else text
+    if REPLACEMENT in body:
+        count = body.count(REPLACEMENT)
+        return f"golden prompt {prompt!r}: answered {text!r}, with {count} replacement character(s) (U+FFFD)"
+    return ""
+
+
 def canary_golden_failures(results: list[Mapping[str, Any]]) -> list[str]:
     """What the golden prompts got wrong: `results` are the registered uri results of the
-    completions (each with its prompt as `item`)."""
+    completions (each with its prompt as `item`). Every answer must be text that is not empty,
+    not ended at once and without replacement characters; then as its item expects: `expected`
+    (the whole completion), `expected_prefix` or `expected_regex` (re.search); an item without
+    an expectation (the probe) has those checks only."""
     failures = []
     for r in results:
         item = r.get("item") or {}
@@ -144,17 +168,51 @@ def canary_golden_failures(results: list[Mapping[str, Any]]) -> list[str]:
             failures.append(f"golden prompt {prompt!r}: HTTP {r.get('status')} {r.get('msg', '')}".strip())
             continue
         try:
-            text = r["json"]["choices"][0]["text"]
+            choice = r["json"]["choices"][0]
+            text = choice["text"]
         except (KeyError, IndexError, TypeError):
             failures.append(f"golden prompt {prompt!r}: no completion text in the answer")
             continue
+        usage = r["json"].get("usage") or {}
         if "expected" in item and text != item["expected"]:
             failures.append(f"golden prompt {prompt!r}: answered {text!r}, expected {item['expected']!r}")
         elif "expected_prefix" in item and not text.startswith(item["expected_prefix"]):
             failures.append(
                 f"golden prompt {prompt!r}: answered {text!r}, expected it to start with {item['expected_prefix']!r}"
             )
+        elif "expected_regex" in item and not re.search(item["expected_regex"], text):
+            regex = item["expected_regex"]
+            failures.append(f"golden prompt {prompt!r}: answered {text!r}, which {regex!r} does not match")
+        elif why := _nonsense(prompt, text, choice, usage, int(item.get("max_tokens", 16))):
+            failures.append(why)
     return failures
+
+
+def haproxy_sessions(outputs: list[Mapping[str, Any]], backend: str, server: str) -> int | None:
+    """The sessions a server of a backend has had, summed over the load balancers: `outputs` are
+    the registered results of `show stat` on each (its CSV; stot is the eighth field). None when
+    one of them has no such server or could not be read."""
+    total = 0
+    for out in outputs:
+        rows = [line.split(",") for line in str(out.get("stdout", "")).splitlines() if not line.startswith("#")]
+        found = [row for row in rows if len(row) > 7 and row[0] == backend and row[1] == server]
+        if out.get("rc", 0) != 0 or not found or not found[0][7].isdigit():
+            return None
+        total += int(found[0][7])
+    return total
+
+
+def _taken(sessions: Any) -> int | None:
+    """The sessions between two counts of them ([before, after]; None where either is unknown)."""
+    if not isinstance(sessions, list | tuple) or len(sessions) != 2:
+        return None
+    before, after = (_whole(v) for v in sessions)
+    return after - before if before is not None and after is not None and after >= before else None
+
+
+def _whole(value: Any) -> int | None:
+    text = "" if value is None else str(value).strip()
+    return int(text) if text.isdigit() else None
 
 
 def canary_verdict(
@@ -164,15 +222,18 @@ def canary_verdict(
     seconds: int,
     asked: str = "Prometheus",
     gate_failure: str = "",
+    sessions: Any = None,
 ) -> dict:
     """The verdict on one canary. `results` are the registered uri results of Prometheus's
     answers to canary_queries (each with its query's name as item.key; none when it was not
     asked: no monitoring host, or a golden prompt failed first); a question `asked` could not
     answer is a reason too. `limits` has max_error_ratio, max_p95_ratio and max_restarts;
     `failures` are the reasons found before (golden prompts), `gate_failure` why its restart or
-    gates failed in the rollout (it fails the canary first). Returns passed, reasons (each with
-    the measure, its value, the threshold and the window) and measures (every value, None where
-    there was nothing to measure)."""
+    gates failed in the rollout (it fails the canary first); `sessions` the [before, after] counts
+    of the sessions the load balancers gave it, from just before it could take traffic to the
+    verdict (measure new_revision_requests: 0 for a canary that failed before its traffic).
+    Returns passed, reasons (each with the measure, its value, the threshold and the window) and
+    measures (every value, None where there was nothing to measure)."""
     m: dict[str, float | None] = {}
     reasons = ([gate_failure] if gate_failure else []) + list(failures)
     for r in results:
@@ -194,6 +255,7 @@ def canary_verdict(
         "tritonserver_restarts": None,
         "golden_prompt_failures": len(failures),
         "gates_failed": bool(gate_failure),
+        "new_revision_requests": _taken(sessions),
     }
     if m.get("counter_resets") is not None or m.get("down_scrapes") is not None:
         resets = m.get("counter_resets") or 0.0

@@ -12,6 +12,7 @@ from ftdomain.fleet.canary import (
     canary_picks,
     canary_queries,
     canary_verdict,
+    haproxy_sessions,
 )
 
 LIMITS = {"max_error_ratio": 0.01, "max_p95_ratio": 1.5, "max_restarts": 0}
@@ -204,3 +205,71 @@ def test_a_canary_whose_restart_or_gates_failed_fails_first_with_that_reason():
     assert verdict["measures"]["golden_prompt_failures"] == 0
     # and none failed: the measures say so
     assert canary_verdict(skipped, LIMITS, [], 30)["measures"]["gates_failed"] is False
+
+
+def answer(text: str, finish: str = "length", tokens: int = 16, **item) -> dict:
+    """A registered uri result of one golden completion (the gateway's OpenAI shape)."""
+    said = {"choices": [{"text": text, "finish_reason": finish}], "usage": {"completion_tokens": tokens}}
+    return {"item": {"prompt": "The", **item}, "status": 200, "json": said}
+
+
+def test_every_answer_must_be_text_that_goes_on_and_decodes_whatever_was_expected():
+    assert canary_golden_failures([answer(" images are built once", max_tokens=16)]) == []
+    assert canary_golden_failures([answer(" a short answer.", finish="stop", tokens=5)]) == []
+    assert canary_golden_failures([answer("  ", finish="stop", tokens=1)]) == [
+        "golden prompt 'The': answered nothing (stop)"
+    ]
+    assert canary_golden_failures([answer(".", finish="stop", tokens=1)]) == [
+        "golden prompt 'The': ended at once (1 token of 16: '.')"
+    ]
+    # one token asked: ending after it is what was asked
+    assert canary_golden_failures([answer(".", finish="stop", tokens=1, max_tokens=1)]) == []
+    # the bad revision of the lab (scripts/lab-revision bad), its expected text matched or not asked
+    garbage = " models\ufffdalue\ufffd once\ufffdalue"
+    assert canary_golden_failures([answer(garbage)]) == [
+        f"golden prompt 'The': answered {garbage!r}, with 3 replacement character(s) (U+FFFD)"
+    ]
+    assert canary_golden_failures([answer(garbage, expected=garbage)]) == [
+        f"golden prompt 'The': answered {garbage!r}, with 3 replacement character(s) (U+FFFD)"
+    ]
+    # a character that max_tokens cut in two at the very end is no fault; one stopped there is
+    assert canary_golden_failures([answer(" 안녕\ufffd")]) == []
+    assert len(canary_golden_failures([answer(" 안녕\ufffd", finish="stop", tokens=4)])) == 1
+
+
+def test_a_regular_expression_is_searched_in_the_answer():
+    assert canary_golden_failures([answer(" images are built once", expected_regex=r"\bbuilt\b")]) == []
+    assert canary_golden_failures([answer(" images are built once", expected_regex=r"^ images")]) == []
+    assert canary_golden_failures([answer(" thet the", expected_regex=r"built|made")]) == [
+        "golden prompt 'The': answered ' thet the', which 'built|made' does not match"
+    ]
+
+
+STAT = """# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout
+model_tiny,FRONTEND,,,0,2,,120,0,0
+model_tiny,lab-node1,0,0,0,1,,41,0,0
+model_tiny,lab-node2,0,0,1,2,,79,0,0
+model_other,lab-node1,0,0,0,0,,5,0,0
+"""
+
+
+def test_the_sessions_of_a_server_are_summed_over_the_load_balancers_and_unknown_where_one_cannot_tell():
+    two = [{"stdout": STAT, "rc": 0}, {"stdout": STAT.replace(",41,", ",3,"), "rc": 0}]
+    assert haproxy_sessions(two, "model_tiny", "lab-node1") == 44
+    assert haproxy_sessions(two, "model_other", "lab-node1") == 10
+    assert (
+        haproxy_sessions([*two, {"stdout": "", "rc": 1, "stderr": "No such file"}], "model_tiny", "lab-node1") is None
+    )
+    assert haproxy_sessions(two, "model_tiny", "lab-node3") is None
+
+
+def test_the_verdict_says_how_many_requests_the_new_revision_answered():
+    skipped = [{"item": {"key": k}, "skipped": True} for k in HEALTHY]
+    failed = ["golden prompt 'The': answered nothing (stop)"]
+    assert canary_verdict(skipped, LIMITS, failed, 30, sessions=[41, 41])["measures"]["new_revision_requests"] == 0
+    assert canary_verdict(answers(**HEALTHY), LIMITS, [], 30, sessions=["41", 160])["measures"][
+        "new_revision_requests"] == 119  # fmt: skip
+    for unknown in (None, [None, 3], [41, 3], [41]):
+        assert (
+            canary_verdict(skipped, LIMITS, failed, 30, sessions=unknown)["measures"]["new_revision_requests"] is None
+        )
