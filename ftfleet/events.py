@@ -189,11 +189,28 @@ class Run:
         elif kind == "playbook_on_stats":
             for host in self.hosts.values():
                 host.done, host.task, host.progress = True, "", ""
+        self._timings(kind, data, event)
+        return True
+
+    def _timings(self, kind: str, data: Mapping[str, Any], event: Mapping[str, Any]) -> None:
+        """The restarts of the rollout plays; a canary's verdict and its rollback's steps."""
         if kind.startswith("runner_on_") and data.get("host") and self.play in self.rollout[1]:
             self._rollout(kind, data, event)
-        if kind == "runner_on_ok" and data.get("role") == "canary" and data.get("host") in self.canaries:
-            self._canary(data, event)
-        return True
+        if kind == "runner_on_ok" and data.get("host") in self.canaries:
+            self._rollback_step(data)
+            if data.get("role") == "canary":
+                self._canary(data, event)
+
+    def _rollback_step(self, data: Mapping[str, Any]) -> None:
+        """Where a failed canary's rollback spends its time: each task's duration from the verdict
+        on, summed by the role it ran in (role canary's own by task: drain, repository files)."""
+        verdict = self.canaries[data["host"]]
+        if verdict["passed"] or "at" not in verdict or "rollback_seconds" in verdict or not data.get("duration"):
+            return
+        role, task = data.get("role") or "", str(data.get("task") or "")
+        step = task.removeprefix("rollback | ") if role in ("canary", "") else role
+        steps = verdict.setdefault("rollback_steps", {})
+        steps[step] = round(steps.get(step, 0.0) + float(data["duration"]), 1)
 
     def _canary(self, data: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         """When the verdict came, and how long a rollback took from it to the canary serving the

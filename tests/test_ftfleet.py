@@ -394,6 +394,33 @@ def test_a_canarys_verdict_and_rollback_time_come_from_its_events():
     assert "rollback_seconds" not in passed.report()["canary"]["node1"]
 
 
+def test_a_rollback_says_where_its_time_went_by_role():
+    """Each task's duration from the verdict to the rollback's end, summed by the role it ran in
+    (role canary's own tasks by name): what a person cuts the rollback's time by."""
+    run = Run()
+
+    def ok(task: str, role: str, duration: float, msg: str = "") -> dict:
+        action = "ansible.builtin.debug" if msg else "command"
+        return {"event": "runner_on_ok", "created": "2026-11-28T09:40:00.000000",
+                "event_data": {"host": "node1", "role": role, "task": task, "duration": duration,
+                               "task_action": action, "res": {"msg": msg}}}  # fmt: skip
+
+    run.handle({"event": "playbook_on_play_start", "event_data": {"play": "Judge the canaries"}})
+    run.handle(ok("Verdict", "canary", 0.01, "canary node1 (tiny at 0123): FAILED: x; measures over 30 s: {}"))
+    for task, role, took in (("rollback | Drain the canary in the load balancers", "canary", 1.24),
+                             ("previous | Check out the previous revision", "model_checkpoint", 0.5),
+                             ("restore | Flip the link", "ft_convert", 0.3), ("restore | Check", "ft_convert", 0.25),
+                             ("rollout | Restart tritonserver", "triton_server", 4.0),
+                             ("rollout | Wait for /v2/health/ready", "triton_server", 9.06),
+                             ("Record that the canary serves a judged revision", "canary", 0.1),
+                             ("rollout | Restart the gateway", "gateway", 2.0)):  # fmt: skip
+        run.handle(ok(task, role, took))
+    assert run.canaries["node1"]["rollback_steps"] == {
+        "Drain the canary in the load balancers": 1.2, "model_checkpoint": 0.5, "ft_convert": 0.6,
+        "triton_server": 13.1, "Record that the canary serves a judged revision": 0.1,
+    }  # fmt: skip
+
+
 def test_plan_shows_the_gpus_a_model_would_move_from_and_to():
     """ftfleet plan's placement lines, from its diffs of the tritonserver units (before_header is
     the unit's path, the template's after_header a temporary file): a model moved, a model that
