@@ -19,6 +19,7 @@ def canary_change(
     repository_stale: list[str],
     image_now: Mapping[str, Any] | None,
     image_next: str,
+    gemm_changes: Any = False,
 ) -> dict[str, Any]:
     """What about a host's answers this run changes, read before anything changes (role canary,
     tasks_from choose). `serving` is what its published shards were made from (ft_convert
@@ -27,9 +28,11 @@ def canary_change(
     `repository_present` whether the host has a model repository yet and `repository_stale` the
     files the role would write (triton_model_repo tasks_from compare publishes both); `image_now` the
     image of the running tritonserver container (id, ref; empty when none runs) and
-    `image_next` the id of the image this run serves. Returns revision (bool), repository (the
-    files that change), image (the running one, kept for a rollback, when the image changes),
-    changes (any of them) and said (a line for people)."""
+    `image_next` the id of the image this run serves; `gemm_changes` whether tritonserver would
+    read another gemm_config.in (ft_gemm_tune tasks_from compare: FT's kernels for each GEMM,
+    which a wrong tuning can make fail or answer otherwise). Returns revision (bool), repository
+    (the files that change), image (the running one, kept for a rollback, when the image
+    changes), gemm (bool), changes (any of them) and said (a line for people)."""
     serves = bool(serving)
     revision = serves and truthy(revision_changes)
     repository = sorted(repository_stale) if serves and truthy(repository_present) else []
@@ -43,7 +46,10 @@ def canary_change(
         said.append("model repository (" + ", ".join(repository) + ")")
     if image:
         said.append(f"serving image {image['id'][:19]} -> {image_next[:19]}")
-    return {"revision": revision, "repository": repository, "image": image, "changes": bool(said),
+    gemm = serves and truthy(gemm_changes)
+    if gemm:
+        said.append("GEMM tuning (gemm_config.in)")
+    return {"revision": revision, "repository": repository, "image": image, "gemm": gemm, "changes": bool(said),
             "said": "; ".join(said)}  # fmt: skip
 
 

@@ -78,6 +78,17 @@ def test_a_host_that_serves_nothing_yet_or_whose_image_is_unknown_has_no_change(
     assert canary_change(SERVING, "a" * 40, True, REPO, [], OLD_IMAGE, OLD_IMAGE["id"])["said"] == "tp or weight dtype"
 
 
+def test_another_gemm_config_is_a_change_that_goes_to_a_canary():
+    same = OLD_IMAGE["id"]
+    change = canary_change(SERVING, "a" * 40, False, REPO, [], OLD_IMAGE, same, gemm_changes=True)
+    assert (change["changes"], change["gemm"], change["said"]) == (True, True, "GEMM tuning (gemm_config.in)")
+    both = canary_change(SERVING, "b" * 40, True, REPO, [], OLD_IMAGE, same, gemm_changes="true")
+    assert both["said"].endswith("; GEMM tuning (gemm_config.in)")
+    # a host that serves nothing yet has nothing to judge; no other gemm_config.in, no change
+    assert canary_change({}, "a" * 40, False, REPO, [], OLD_IMAGE, same, gemm_changes=True)["changes"] is False
+    assert canary_change(SERVING, "a" * 40, False, REPO, [], OLD_IMAGE, same)["gemm"] is False
+
+
 def test_a_waiting_host_is_held_until_every_canary_of_its_model_passed():
     passed = {"passed": True, "reasons": []}
     failed = {"passed": False, "reasons": ["golden prompt 'Hi': answered ' x', expected ' y'"]}
