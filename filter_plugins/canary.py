@@ -10,10 +10,11 @@ description:
   - Called once per play (run_once); reads each host's variables once.
   - A host I(changes) when its variable canary_changes is true (filter canary_change: this run
     changes the revision, tp or weight dtype of the shards it serves, its model repository, its
-    GEMM tuning or its serving image; or it is a canary whose change was never judged) and it
-    serves through the gateway (fleet_gateway). Per model (fleet_model.name),
-    in play order, the first fleet_canary_hosts hosts that change are C(canary), the other hosts
-    that change C(wait); every other host is C(none). With I(enabled) false every host is C(none).
+    GEMM tuning, its gateway's settings that change answers or its serving image; or it is a
+    canary whose change was never judged) and it serves through the gateway (fleet_gateway).
+    Per model (fleet_model.name), in play order, the first fleet_canary_hosts hosts that change
+    are C(canary), the other hosts that change C(wait); every other host is C(none). With
+    I(enabled) false every host is C(none).
 options:
   _input:
     description: The play's host names, in play order (ansible_play_hosts).

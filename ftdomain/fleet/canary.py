@@ -20,6 +20,7 @@ def canary_change(
     image_now: Mapping[str, Any] | None,
     image_next: str,
     gemm_changes: Any = False,
+    gateway_changes: list[str] | None = None,
 ) -> dict[str, Any]:
     """What about a host's answers this run changes, read before anything changes (role canary,
     tasks_from choose). `serving` is what its published shards were made from (ft_convert
@@ -30,9 +31,11 @@ def canary_change(
     image of the running tritonserver container (id, ref; empty when none runs) and
     `image_next` the id of the image this run serves; `gemm_changes` whether tritonserver would
     read another gemm_config.in (ft_gemm_tune tasks_from compare: FT's kernels for each GEMM,
-    which a wrong tuning can make fail or answer otherwise). Returns revision (bool), repository
-    (the files that change), image (the running one, kept for a rollback, when the image
-    changes), gemm (bool), changes (any of them) and said (a line for people)."""
+    which a wrong tuning can make fail or answer otherwise); `gateway_changes` the gateway's
+    settings that change answers and would change (gateway tasks_from compare). Returns revision
+    (bool), repository (the files that change), image (the running one, kept for a rollback, when
+    the image changes), gemm (bool), gateway (the settings that change), changes (any of them)
+    and said (a line for people)."""
     serves = bool(serving)
     revision = serves and truthy(revision_changes)
     repository = sorted(repository_stale) if serves and truthy(repository_present) else []
@@ -49,8 +52,11 @@ def canary_change(
     gemm = serves and truthy(gemm_changes)
     if gemm:
         said.append("GEMM tuning (gemm_config.in)")
-    return {"revision": revision, "repository": repository, "image": image, "gemm": gemm, "changes": bool(said),
-            "said": "; ".join(said)}  # fmt: skip
+    gateway = sorted(gateway_changes or []) if serves else []
+    if gateway:
+        said.append("gateway settings (" + ", ".join(gateway) + ")")
+    return {"revision": revision, "repository": repository, "image": image, "gemm": gemm, "gateway": gateway,
+            "changes": bool(said), "said": "; ".join(said)}  # fmt: skip
 
 
 def canary_picks(hosts: list[str], hostvars: Mapping[str, Any], enabled: Any) -> dict[str, str]:

@@ -89,6 +89,18 @@ def test_another_gemm_config_is_a_change_that_goes_to_a_canary():
     assert canary_change(SERVING, "a" * 40, False, REPO, [], OLD_IMAGE, same)["gemm"] is False
 
 
+def test_a_change_of_the_gateways_settings_that_change_answers_goes_to_a_canary():
+    same = OLD_IMAGE["id"]
+    change = canary_change(SERVING, "a" * 40, False, REPO, [], OLD_IMAGE, same,
+                           gateway_changes=["max_tokens_limit", "chat_template"])  # fmt: skip
+    assert change["changes"] is True
+    assert change["gateway"] == ["chat_template", "max_tokens_limit"]
+    assert change["said"] == "gateway settings (chat_template, max_tokens_limit)"
+    assert canary_change({}, "a" * 40, False, REPO, [], OLD_IMAGE, same, gateway_changes=["chat_template"])[
+        "changes"] is False  # fmt: skip
+    assert canary_change(SERVING, "a" * 40, False, REPO, [], OLD_IMAGE, same, gateway_changes=[])["changes"] is False
+
+
 def test_a_waiting_host_is_held_until_every_canary_of_its_model_passed():
     passed = {"passed": True, "reasons": []}
     failed = {"passed": False, "reasons": ["golden prompt 'Hi': answered ' x', expected ' y'"]}
