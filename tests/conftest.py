@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +71,35 @@ def playbook(tmp_path):
         return path
 
     return write
+
+
+# The inventory's model for a role entry point that needs one (its files are the test's own).
+TINY_MODEL = {"name": "tiny", "family": "gpt", "data_type": "fp16", "source": {"url": "file:///x", "revision": "main"}}
+
+ENTRY_PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars: {play_vars}
+  tasks:
+    - ansible.builtin.import_role:
+        name: {role}
+        tasks_from: {entry}
+    - ansible.builtin.copy:
+        content: "{{{{ ({published}) | to_json }}}}"
+        dest: "{{{{ entry_out }}}}"
+        mode: "0644"
+"""
+
+
+def role_entry_result(tmp_path: Path, role: str, entry: str, published: str, play_vars: dict, **extra) -> Any:
+    """Run one entry point of a role on localhost (with `play_vars` in the play and `extra` as
+    extra vars) and return `published`, a Jinja expression of what it published, as JSON reads it."""
+    play = tmp_path / f"{role}-{entry}.yml"
+    play.write_text(ENTRY_PLAY.format(play_vars=json.dumps(play_vars), role=role, entry=entry, published=published))
+    out, extra_file = tmp_path / f"{role}-{entry}.json", tmp_path / f"{role}-{entry}-extra.json"
+    out.unlink(missing_ok=True)
+    extra_file.write_text(json.dumps({"ansible_python_interpreter": sys.executable, "entry_out": str(out), **extra}))
+    done = run_playbook(play, "-i", "localhost,", "-e", f"@{extra_file}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(out.read_text())

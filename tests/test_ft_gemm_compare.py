@@ -5,26 +5,20 @@ checkout that serves now, the GPU and gpt_gemm's arguments, changing nothing."""
 from __future__ import annotations
 
 import json
-import re
-import sys
 from pathlib import Path
 
-from conftest import run_playbook
+from conftest import role_entry_result
 
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars:
-    fleet_model: {name: tiny, family: gpt, data_type: fp16, source: {url: "file:///x", revision: main}}
-    ansible_local: {gpus: {devices: [{index: 0, name: NVIDIA A100-SXM4-80GB}]}}
-  tasks:
-    - ansible.builtin.import_role:
-        name: ft_gemm_tune
-        tasks_from: compare
-    - ansible.builtin.debug:
-        msg: "RESULT {{ {'changes': ft_gemm_tune_changes, 'slot': __ft_gemm_tune_slot | default('')} | to_json }}"
-"""
+PLAY_VARS = {
+    "fleet_model": {
+        "name": "tiny",
+        "family": "gpt",
+        "data_type": "fp16",
+        "source": {"url": "file:///x", "revision": "main"},
+    },
+    "ansible_local": {"gpus": {"devices": [{"index": 0, "name": "NVIDIA A100-SXM4-80GB"}]}},
+}
+PUBLISHED = "{'changes': ft_gemm_tune_changes, 'slot': __ft_gemm_tune_slot | default('')}"
 
 CONFIG = {
     "model_type": "gpt2",
@@ -38,28 +32,21 @@ CONFIG = {
 }
 
 
-def compare(playbook, tmp_path: Path, **extra) -> dict:
-    play = playbook(PLAY)
-    args = {"fleet_data_root": str(tmp_path / "srv"), "fleet_tensor_para_size": 1,
-            "ansible_python_interpreter": sys.executable, **extra}  # fmt: skip
-    (tmp_path / "extra.json").write_text(json.dumps(args))
-    done = run_playbook(play, "-i", "localhost,", "-e", f"@{tmp_path / 'extra.json'}")
-    assert done.returncode == 0, done.stdout + done.stderr
-    said = re.search(r"RESULT (\{.*\})", done.stdout)
-    assert said, done.stdout
-    return json.loads(said.group(1))
+def compare(tmp_path: Path, **extra) -> dict:
+    return role_entry_result(tmp_path, "ft_gemm_tune", "compare", PUBLISHED, PLAY_VARS,
+                             fleet_data_root=str(tmp_path / "srv"), fleet_tensor_para_size=1, **extra)  # fmt: skip
 
 
-def test_another_gemm_config_is_a_change_and_the_same_one_is_none(playbook, tmp_path):
+def test_another_gemm_config_is_a_change_and_the_same_one_is_none(tmp_path):
     srv = tmp_path / "srv"
     # a first deployment: no checkout, no gemm_config.in
-    assert compare(playbook, tmp_path)["changes"] is False
+    assert compare(tmp_path)["changes"] is False
     (srv / "checkpoints" / "tiny").mkdir(parents=True)
     (srv / "checkpoints" / "tiny" / "config.json").write_text(json.dumps(CONFIG))
     serving = srv / "serving" / "tiny"
     serving.mkdir(parents=True)
     # a checkout but nothing tuned yet that tritonserver reads
-    first = compare(playbook, tmp_path)
+    first = compare(tmp_path)
     assert first["changes"] is False
     slot = Path(first["slot"])
     assert slot.parent.name == "NVIDIA-A100-SXM4-80GB", slot
@@ -67,14 +54,14 @@ def test_another_gemm_config_is_a_change_and_the_same_one_is_none(playbook, tmp_
     slot.mkdir(parents=True)
     (slot / "gemm_config.in").write_text("tuned for these arguments\n")
     (serving / "gemm_config.in").write_text("tuned for these arguments\n")
-    assert compare(playbook, tmp_path)["changes"] is False
+    assert compare(tmp_path)["changes"] is False
     # it reads another one (a file tuned before an ftfleet with other arguments): a change
     (serving / "gemm_config.in").write_text("tuned for other arguments\n")
-    assert compare(playbook, tmp_path)["changes"] is True
+    assert compare(tmp_path)["changes"] is True
     # other arguments (a larger batch) whose file is not tuned yet: a change, in another slot
     (serving / "gemm_config.in").write_text("tuned for these arguments\n")
-    bigger = compare(playbook, tmp_path, ft_gemm_tune_batch_size=16)
+    bigger = compare(tmp_path, ft_gemm_tune_batch_size=16)
     assert bigger["changes"] is True
     assert bigger["slot"] != first["slot"]
     # a host without GPUs tunes nothing: no change to judge
-    assert compare(playbook, tmp_path, fleet_require_gpus=False)["changes"] is False
+    assert compare(tmp_path, fleet_require_gpus=False)["changes"] is False

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ftdomain.inputs.common import whole
 from ftdomain.values import truthy
 
 
@@ -218,13 +219,8 @@ def _taken(sessions: Any) -> int | None:
     """The sessions between two counts of them ([before, after]; None where either is unknown)."""
     if not isinstance(sessions, list | tuple) or len(sessions) != 2:
         return None
-    before, after = (_whole(v) for v in sessions)
-    return after - before if before is not None and after is not None and after >= before else None
-
-
-def _whole(value: Any) -> int | None:
-    text = "" if value is None else str(value).strip()
-    return int(text) if text.isdigit() else None
+    before, after = (whole(v) for v in sessions)
+    return after - before if before is not None and after is not None and 0 <= before <= after else None
 
 
 def canary_verdict(
