@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ftfleet.events import ROOT
+ROOT = Path(__file__).resolve().parent.parent  # not ftfleet.events': a GPU machine runs this without PyYAML
 
 LAB_KEY = "ftf-lab-key-not-a-secret-0001"  # inventories/lab/group_vars/gpu_hosts/gateway.yml
 
@@ -183,7 +183,9 @@ class Level:
         pct = lambda xs, p: round(1000 * float(np.percentile(xs, p)), 1) if xs else None  # noqa: E731
         return {"concurrency": self.concurrency, "requests": len(self.samples), "errors": len(self.errors),
                 "error_kinds": self.errors[:3], "p50_ms": pct(latency, 50), "p95_ms": pct(latency, 95),
-                "p99_ms": pct(latency, 99), "ttft_p50_ms": pct(first, 50), "itl_p50_ms": pct(gaps, 50),
+                "p99_ms": pct(latency, 99), "ttft_p50_ms": pct(first, 50), "ttft_p95_ms": pct(first, 95),
+                "ttft_p99_ms": pct(first, 99), "itl_p50_ms": pct(gaps, 50), "itl_p95_ms": pct(gaps, 95),
+                "itl_p99_ms": pct(gaps, 99),
                 "requests_per_s": round(len(self.samples) / self.wall, 2) if self.wall else None,
                 "client_cpu_ms": round(1000 * self.cpu / len(self.samples), 2) if self.samples else None}  # fmt: skip
 

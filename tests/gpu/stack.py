@@ -286,15 +286,16 @@ class Target(NamedTuple):
 
 
 @contextlib.contextmanager
-def gateway(args, target: Target, *, local: bool):
-    """The project's gateway on 127.0.0.1 in front of the target's tritonserver."""
+def gateway(args, target: Target, *, local: bool, **settings_over):
+    """The project's gateway on 127.0.0.1 in front of the target's tritonserver (its settings
+    file's keys in `settings_over` replace this check's)."""
     family, grpc, checkpoint, work = target
     port = free_port()
     settings = work / f"gateway-{family}-{port}.json"
     settings.write_text(json.dumps({
         "model": family, "triton_grpc": grpc, "context_length": 128, "max_tokens_limit": 64,
         "allow_anonymous": True, "request_timeout_s": 120.0,
-        "tokenizer_dir": str(checkpoint) if local else "", "checkpoint_dir": str(checkpoint),
+        "tokenizer_dir": str(checkpoint) if local else "", "checkpoint_dir": str(checkpoint), **settings_over,
     }))  # fmt: skip
     log = work / f"gateway-{family}-{port}.log"
     env = {**os.environ, "PYTHONPATH": str(args.gateway_app), "HF_HUB_OFFLINE": "1"}

@@ -1,0 +1,345 @@
+"""The real stack measured on a GPU at real models' sizes (scripts/ft-gpu-check stack --steps perf):
+for each shape, a checkpoint with random fp16 weights is made here (no download), converted by
+ftnative.convert (its seconds and peak RSS), served by tritonserver with the backend the recipe
+built and the repository roles/triton_model_repo rendered (fp16, decoupled, dynamic batching:
+tests/gpu/render.yml's perf set), and measured by the project's bench (ftfleet/bench.py: its
+Level and run_levels) at each prompt/answer length and concurrency:
+
+- "Triton (fastertransformer, gRPC)": the backend's model over gRPC streaming, the prompt's ids in;
+- "Triton (ensemble, gRPC)": the ensemble (the tokenizing Python models around it), text in;
+- "gateway -> Triton": the project's gateway (OpenAI completions, streamed) in front of the same
+  tritonserver, tokenizing itself as the role's default does;
+
+beside the "before" (transformers' greedy generate() on the same GPU in fp16, the same lengths,
+one batch of `concurrency` prompts) and the floor (a decoding step reads every weight once: weight
+bytes / the card's copy bandwidth, measured in the same run).
+
+The weights are random, so that every answer is as long as asked, the output embedding's rows
+of every id outside the lab tokenizer's 382 and of the end id are zero (their logit is 0; the
+largest of 381 random logits is above 0): greedy never ends early and every token decodes to
+text. The rows are still read by every step's GEMM: the work is the shape's.
+
+    python3 tests/gpu/perf.py --tritonserver DIR --backends DIR --libs DIR... --repos DIR
+        --device-root DIR --stub-python VENV --gateway-python VENV --gateway-app ZIP
+        [--shapes gptj-6b,gpt2-medium] [--lengths 128/128,512/256] [--concurrency 1,4,16,64] [--out DIR]
+
+Writes perf-<shape>.json under --out and prints each level as it is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import stack  # noqa: E402 - the real stack's servers (tritonserver, the gateway)
+
+torch, transformers, ROOT = stack.torch, stack.transformers, stack.ROOT
+TOKENIZER = stack.TOKENIZER
+
+# name: (family, the transformers config's arguments)
+GPTJ_6B = {"model_type": "gptj", "n_layer": 28, "n_embd": 4096, "n_head": 16, "rotary_dim": 64, "vocab_size": 50400,
+           "n_positions": 2048}  # fmt: skip
+GPT2_MEDIUM = {"model_type": "gpt2", "n_layer": 24, "n_embd": 1024, "n_head": 16, "vocab_size": 50257,
+               "n_positions": 1024}  # fmt: skip
+SHAPES = {"gptj-6b": ("gptj", GPTJ_6B), "gpt2-medium": ("gpt", GPT2_MEDIUM)}
+
+
+def lab_vocab() -> tuple[int, int]:
+    """The lab tokenizer's vocabulary size and end id."""
+    config = json.loads((TOKENIZER / "config.json").read_text())
+    return config["vocab_size"], config["eos_token_id"]
+
+
+def make_checkpoint(shape: str, where: Path) -> tuple:
+    """The shape's model with random fp16 weights on the GPU (seed 0), saved as transformers saves it,
+    with the lab's tokenizer; (model, weight bytes, seconds)."""
+    kwargs = SHAPES[shape][1]
+    known, eos = lab_vocab()
+    config = transformers.AutoConfig.for_model(**kwargs, bos_token_id=eos, eos_token_id=eos)
+    began = time.monotonic()
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float16).eval()
+    with torch.no_grad():
+        out = model.get_output_embeddings()
+        for rows in (slice(known, None), slice(eos, eos + 1)):
+            out.weight[rows] = 0
+            if getattr(out, "bias", None) is not None:
+                out.bias[rows] = 0
+    model.save_pretrained(where, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TOKENIZER / name, where / name)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return model, weight_bytes, round(time.monotonic() - began, 1)
+
+
+def checkpoint_of(shape: str, where: Path) -> tuple:
+    """make_checkpoint's, or the one an earlier call on this machine made for the shape (loaded to
+    the GPU), so that one shape's lengths can be measured in separate calls."""
+    made = where / "perf-made.json"
+    if made.exists() and json.loads(made.read_text())["config"] == SHAPES[shape][1]:
+        model = transformers.AutoModelForCausalLM.from_pretrained(where, torch_dtype=torch.float16).cuda().eval()
+        return model, json.loads(made.read_text())["weight_bytes"], None
+    shutil.rmtree(where, ignore_errors=True)
+    model, weight_bytes, seconds = make_checkpoint(shape, where)
+    made.write_text(json.dumps({"config": SHAPES[shape][1], "weight_bytes": weight_bytes, "seconds": seconds}))
+    return model, weight_bytes, seconds
+
+
+def copy_bandwidth() -> float:
+    """The card's device-to-device copy bandwidth in bytes/s (read + write), best of 10 copies of 4 GiB."""
+    src = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) / 1000)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * (4 << 30) / best
+
+
+def prompt_of(tokenizer, length: int, seed: int) -> tuple[str, list[int]]:
+    """A prompt text of `length` tokens (as the tokenizer reads it back) from random ids."""
+    known, eos = lab_vocab()
+    rng = random.Random(seed)
+    ids = [rng.randrange(known) for _ in range(2 * length)]
+    ids = [i for i in ids if i != eos]
+    text = tokenizer.decode(ids)
+    for _ in range(5):  # decoded and read back, byte-level merges change the count: trim until stable
+        ids = tokenizer.encode(text)[:length]
+        text = tokenizer.decode(ids)
+        if tokenizer.encode(text) == ids:
+            break
+    return text, tokenizer.encode(text)
+
+
+def baseline(model, ids: list[int], tokens: int, levels: list[int]) -> list[dict]:
+    """transformers' greedy generate() on the GPU, one batch of `concurrency` copies of the prompt:
+    the tutorial's "before" at the same lengths."""
+    results = []
+    for concurrency in levels:
+        batch = torch.tensor([ids] * concurrency, device="cuda")
+        run = lambda batch=batch: model.generate(batch, attention_mask=torch.ones_like(batch),  # noqa: E731
+                                                 max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                                                 pad_token_id=0)  # fmt: skip
+        with torch.no_grad():
+            run()  # warm-up
+            times = []
+            for _ in range(2):
+                torch.cuda.synchronize()
+                began = time.perf_counter()
+                run()
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - began)
+        best = min(times)
+        results.append({"concurrency": concurrency, "requests": 2 * concurrency, "latency_ms": round(1000 * best, 1),
+                        "itl_ms": round(1000 * best / tokens, 2), "requests_per_s": round(concurrency / best, 2),
+                        "output_tokens_per_s": round(concurrency * tokens / best, 1)})  # fmt: skip
+        print(json.dumps({"transformers generate()": results[-1]}), flush=True)
+    return results
+
+
+RSS_OF_CONVERT = """
+import resource, sys
+from ftnative.convert import main
+code = main(sys.argv[1:])
+mine, workers = (resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+print(f"peak-rss {mine} {workers}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def convert(ckpt: Path, out: Path, family: str, weight_dtype: str) -> dict:
+    """ftnative.convert (its command line) in a process of its own: its seconds, and the peak RSS
+    of that process and of its largest worker (getrusage, kB)."""
+    began = time.monotonic()
+    argv = [sys.executable, "-c", RSS_OF_CONVERT, "-i", str(ckpt), "-o", str(out), "--family", family,
+            "--tp", "1", "--weight-dtype", weight_dtype, "-q"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    if done.returncode:
+        raise RuntimeError(f"ftnative.convert failed: {done.stderr[-3000:]}")
+    seconds = round(time.monotonic() - began, 1)
+    mine, worker = (int(n) * 1024 for n in done.stderr.split("peak-rss ")[1].split()[:2])
+    written = sum(f.stat().st_size for f in (out / "1-gpu").iterdir())
+    return {"seconds": seconds, "peak_rss_gb": round(mine / 1e9, 2), "worker_peak_rss_gb": round(worker / 1e9, 2),
+            "weight_dtype": weight_dtype, "written_gb": round(written / 1e9, 2), "workers": os.cpu_count()}  # fmt: skip
+
+
+def ft_ids_request(address: str, ids: list[int], tokens: int, end_id: int, generated: list[int]):
+    """One greedy request to the fastertransformer model over gRPC streaming (its decoupled
+    responses): (first response, end, mean gap) in seconds; each answer's new-token count goes
+    to `generated`."""
+    import numpy as np  # noqa: PLC0415
+    import tritonclient.grpc as grpcclient  # noqa: PLC0415
+
+    local, made = threading.local(), []
+    tensors = {"input_ids": np.array([ids], dtype=np.uint32), "input_lengths": np.array([[len(ids)]], np.uint32),
+               "request_output_len": np.array([[tokens]], np.uint32), "runtime_top_k": np.array([[1]], np.uint32),
+               "start_id": np.array([[end_id]], np.uint32), "end_id": np.array([[end_id]], np.uint32)}  # fmt: skip
+
+    def call() -> tuple:
+        if not hasattr(local, "client"):
+            answers: queue.Queue = queue.Queue()
+            local.answers, local.client = answers, grpcclient.InferenceServerClient(address)
+            local.client.start_stream(callback=lambda result, error: answers.put((result, error)))
+            made.append(local.client)
+        inputs = []
+        for name, value in tensors.items():
+            tensor = grpcclient.InferInput(name, list(value.shape), "UINT32")
+            tensor.set_data_from_numpy(value)
+            inputs.append(tensor)
+        began, first, last, answers, length = time.perf_counter(), None, None, 0, 0
+        local.client.async_stream_infer("fastertransformer", inputs, enable_empty_final_response=True)
+        while True:
+            result, error = local.answers.get(timeout=300)
+            if error is not None:
+                raise RuntimeError(str(error))
+            if result.as_numpy("sequence_length") is not None:
+                last, answers = time.perf_counter() - began, answers + 1
+                first = last if first is None else first
+                length = int(result.as_numpy("sequence_length").reshape(-1)[0])
+            final = result.get_response().parameters.get("triton_final_response")
+            if final is not None and final.bool_param:
+                generated.append(length - len(ids))
+                end = time.perf_counter() - began
+                gap = (last - first) / (answers - 1) if answers > 1 else None
+                return (first or end), end, gap
+
+    def close() -> None:
+        for client in made:
+            client.stop_stream()
+            client.close()
+
+    call.close = close  # type: ignore[attr-defined]
+    return call
+
+
+def measure(args, grpc: str, gateway_url: str, model: str, *, tokenizer, lengths: tuple[int, int]) -> dict:
+    """Every layer at every concurrency for one prompt/answer length (ftfleet.bench's run_levels),
+    in the gateway's virtualenv (tritonclient), here through this process's imports."""
+    from ftfleet import bench  # noqa: PLC0415
+
+    prompt_len, tokens = lengths
+    text, ids = prompt_of(tokenizer, prompt_len, seed=prompt_len)
+    _known, eos = lab_vocab()
+    generated: list[int] = []
+    layers = {
+        "Triton (fastertransformer, gRPC)": ft_ids_request(grpc, ids, tokens, eos, generated),
+        "Triton (ensemble, gRPC)": bench.triton_request(grpc, text, tokens),
+        "gateway -> Triton": bench.openai_request(gateway_url, "", model, text, tokens),
+    }
+    try:
+        found = bench.run_levels(layers, args.concurrency, requests=8, rounds=1)
+    finally:
+        for call in layers.values():
+            call.close()
+    for levels in found.values():
+        for level in levels:
+            if level["requests_per_s"]:
+                level["output_tokens_per_s"] = round(level["requests_per_s"] * tokens, 1)
+    return {"prompt_tokens": len(ids), "output_tokens": tokens, "layers": found,
+            "ft_new_tokens": {"min": min(generated, default=None), "max": max(generated, default=None)}}  # fmt: skip
+
+
+def measure_shape(args, shape: str, work: Path) -> dict:
+    family, kwargs = SHAPES[shape]
+    root = Path(str(args.device_root))
+    ckpt = root / "ckpt" / family
+    model, weight_bytes, made_s = checkpoint_of(shape, ckpt)
+    reused = made_s is None
+    tokenizer = transformers.AutoTokenizer.from_pretrained(ckpt)
+    bandwidth = copy_bandwidth()
+    result = {"shape": shape, "family": family, "config": kwargs, "checkpoint_seconds": made_s,
+              "weight_bytes": weight_bytes, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1),
+              "floor_itl_ms": round(1000 * weight_bytes / bandwidth, 2), "transformers": {}, "stack": {}}  # fmt: skip
+    print(json.dumps({k: v for k, v in result.items() if k not in ("transformers", "stack")}), flush=True)
+    for lengths in args.lengths:
+        _text, ids = prompt_of(tokenizer, lengths[0], seed=lengths[0])
+        result["transformers"][f"{lengths[0]}/{lengths[1]}"] = baseline(model, ids, lengths[1], args.concurrency)
+    del model
+    torch.cuda.empty_cache()
+    repo = root / "repos" / "decoupled" / family
+    converted = root / f"perf-convert-{shape}.json"
+    if not (reused and converted.exists()):
+        shutil.rmtree(repo, ignore_errors=True)
+        shutil.copytree(args.repos / "decoupled" / family, repo)
+        weight_dtype = "fp32" if family == "gptj" else "fp16"  # FT's GPT-J weights are fp32 files (fp16 in memory)
+        converted.write_text(json.dumps(convert(ckpt, repo / "fastertransformer" / "1", family, weight_dtype)))
+    result["convert"] = {**json.loads(converted.read_text()), "reused": reused}
+    print(json.dumps({"convert": result["convert"]}), flush=True)
+    started = time.monotonic()
+    with stack.tritonserver(args, repo, work) as (_base, grpc, _log):
+        result["tritonserver_ready_s"] = round(time.monotonic() - started, 1)
+        target = stack.Target(family, grpc, ckpt, work)
+        settings = {"context_length": 2048 if family == "gptj" else 1024, "max_tokens_limit": 512,
+                    "request_timeout_s": 600.0}  # fmt: skip
+        with stack.gateway(args, target, local=True, **settings) as (gateway_url, _glog):
+            for lengths in args.lengths:
+                key = f"{lengths[0]}/{lengths[1]}"
+                result["stack"][key] = measure(
+                    args, grpc, gateway_url.removesuffix("/v1"), family, tokenizer=tokenizer, lengths=lengths
+                )
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tritonserver", type=Path, required=True)
+    parser.add_argument("--backends", type=Path, required=True)
+    parser.add_argument("--libs", type=Path, nargs="+", required=True)
+    parser.add_argument("--repos", type=Path, required=True, help="tests/gpu/render.yml's perf set: decoupled/F")
+    parser.add_argument("--device-root", type=Path, required=True)
+    parser.add_argument("--stub-python", type=Path, required=True)
+    parser.add_argument("--gateway-python", type=Path, required=True)
+    parser.add_argument("--gateway-app", type=Path, required=True)
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--lengths", default="128/128,512/256", help="prompt/answer tokens, comma-separated")
+    parser.add_argument("--concurrency", default="1,4,16,64")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    unknown = set(args.shapes.split(",")) - set(SHAPES)
+    if unknown:
+        parser.error(f"--shapes: unknown {sorted(unknown)}; known: {', '.join(SHAPES)}")
+    args.lengths = [tuple(int(n) for n in pair.split("/")) for pair in args.lengths.split(",")]
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    # tritonclient (the Triton layers' client) from the gateway's virtualenv, after this Python's own
+    # packages (torch and transformers keep theirs)
+    purelib = subprocess.run([str(args.gateway_python / "bin" / "python3"), "-c",
+                              "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    sys.path.append(purelib)
+    failed = False
+    work = Path(str(args.device_root)) / "perf-work"
+    work.mkdir(parents=True, exist_ok=True)
+    for shape in args.shapes.split(","):
+        try:
+            result = measure_shape(args, shape, work)
+        except Exception as err:  # every shape is reported, a failing one included
+            failed, result = True, {"shape": shape, "error": f"{type(err).__name__}: {err}"}
+            print(json.dumps(result), flush=True)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"perf-{shape}.json").write_text(json.dumps(result, indent=1) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
