@@ -206,21 +206,21 @@ def ft_ids_request(address: str, ids: list[int], tokens: int, end_id: int, gener
             tensor = grpcclient.InferInput(name, list(value.shape), "UINT32")
             tensor.set_data_from_numpy(value)
             inputs.append(tensor)
-        began, first, last, answers, length = time.perf_counter(), None, None, 0, 0
+        began, first, last, responses, length = time.perf_counter(), None, None, 0, 0
         local.client.async_stream_infer("fastertransformer", inputs, enable_empty_final_response=True)
         while True:
             result, error = local.answers.get(timeout=300)
             if error is not None:
                 raise RuntimeError(str(error))
             if result.as_numpy("sequence_length") is not None:
-                last, answers = time.perf_counter() - began, answers + 1
+                last, responses = time.perf_counter() - began, responses + 1
                 first = last if first is None else first
                 length = int(result.as_numpy("sequence_length").reshape(-1)[0])
             final = result.get_response().parameters.get("triton_final_response")
             if final is not None and final.bool_param:
                 generated.append(length - len(ids))
                 end = time.perf_counter() - began
-                gap = (last - first) / (answers - 1) if answers > 1 else None
+                gap = (last - first) / (responses - 1) if responses > 1 else None
                 return (first or end), end, gap
 
     def close() -> None:
