@@ -70,6 +70,37 @@ def common_prefix(a: str, b: str) -> int:
     return n
 
 
+class TextSoFar:
+    """A streamed completion's text, decoded a window at a time: each step decodes the tokens since
+    the last text it added (and a few prompt tokens before the first), twice, without and with the
+    new ones, and adds the difference. Decoding the whole sequence at every step instead costs
+    O(answer x sequence): 26 ms of one core for a 256-token answer to a 513-token prompt with the
+    lab's tokenizer, against 0.7 ms this way (docs/performance.md, "On a GPU").
+
+    Windows keep what a tokenizer needs from the left (a SentencePiece word's leading space, a
+    byte-level character's first bytes); a step whose text ends in a partial character (U+FFFD)
+    or does not extend the window's earlier text adds nothing and waits for the next token. The
+    indices are positions in the visible sequence (Generation._visible)."""
+
+    CONTEXT = 6  # prompt tokens decoded before the first new one
+
+    def __init__(self, prompt_count: int) -> None:
+        self.start, self.read, self.text = max(0, prompt_count - self.CONTEXT), prompt_count, ""
+
+    def window(self, length: int) -> tuple[int, list[int]]:
+        """Where this step's window starts and the two lengths to decode from there."""
+        return self.start, [self.read - self.start, length - self.start]
+
+    def advance(self, before: str, after: str, length: int) -> bool:
+        """Adds the new text (the window decoded with the new tokens, `after`, past `before`)
+        where it is whole; False where the step adds nothing yet."""
+        if len(after) <= len(before) or not after.startswith(before) or after.endswith("\ufffd"):
+            return False
+        self.text += after[len(before) :]
+        self.start, self.read = self.read, length
+        return True
+
+
 class Generation:
     def __init__(self, backend: Tokenizing, context_length: int, tokens_counter: Counter,
                  hidden: frozenset[int] = frozenset()) -> None:  # fmt: skip
@@ -90,21 +121,23 @@ class Generation:
             if echo:
                 yield echo, None
             sent, text, length, stopped = 0, "", tokens.count, False
-            hold, last = max((len(s) for s in stops), default=1) - 1, None
+            hold, last, so_far = max((len(s) for s in stops), default=1) - 1, None, TextSoFar(tokens.count)
             async for step in self.backend.generate(tokens, job.max_tokens, params):
                 length, last = step.sequence_length, step
-                if last_only:
+                if last_only or not await self._advance(tokens, step, so_far):
                     continue
-                text, stopped = cut_at_stop(await self._completion_text(tokens, step), stops)
-                # Send what can no longer change: not a partial UTF-8 character, not a possible stop's start.
-                safe = len(text) if stopped else max(sent, len(text.rstrip("\ufffd")) - hold)
+                text, stopped = cut_at_stop(so_far.text, stops)
+                # Send what can no longer change: not a possible stop's start.
+                safe = len(text) if stopped else max(sent, len(text) - hold)
                 if safe > sent:
                     yield text[sent:safe], None
                     sent = safe
                 if stopped:
                     break
-            if last_only and last is not None:
-                text = await self._completion_text(tokens, last)
+            if not stopped and last is not None:
+                # The whole completion decoded once: a partial character at the end, or a
+                # tokenizer whose windows did not add up, ends as the whole sequence reads.
+                text, stopped = cut_at_stop(await self._completion_text(tokens, last), stops)
             logprobs = await self._logprobs(tokens, last, text, job) if params.log_probs and last else None
         completion = length - tokens.count
         self.tokens_counter.labels("out").inc(completion)
@@ -155,6 +188,13 @@ class Generation:
         keep = ~np.isin(generated, self.hidden)
         sequence = np.concatenate([ids[: tokens.count], generated[keep]]).astype(np.uint32).reshape(1, 1, -1)
         return sequence, (tokens.count + np.concatenate([[0], np.cumsum(keep)])).tolist()
+
+    async def _advance(self, tokens: Tokens, step, so_far: TextSoFar) -> bool:
+        """This step's new text added to `so_far` (one decoding call, of its window)."""
+        sequence, lengths = self._visible(tokens, step)
+        start, window = so_far.window(lengths[-1])
+        before, after = await self.backend.detokenize_prefixes(sequence[:, :, start:], window)
+        return so_far.advance(before, after, lengths[-1])
 
     async def _completion_text(self, tokens: Tokens, step) -> str:
         """The new text: the whole sequence decoded less the prompt's text (decoding the new ids
