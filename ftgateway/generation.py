@@ -39,6 +39,7 @@ class Job:
     logprobs: int | None = None  # OpenAI's logprobs (0 or 1), or None
     n: int = 1  # the best n of best_of beams (FT's beam search)
     best_of: int = 1
+    length_penalty: float = 1.0  # FT's len_penalty, for beam search
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
@@ -164,7 +165,7 @@ class Generation:
         params, stops = job.params, job.stops
         with upstream():
             tokens = await self._tokens(job)
-            beams = await self.backend.search(tokens, job.max_tokens, params, job.best_of)
+            beams = await self.backend.search(tokens, job.max_tokens, params, job.best_of, job.length_penalty)
             results = []
             for step in beams[: job.n]:
                 text, stopped = cut_at_stop(await self._completion_text(tokens, step), stops)

@@ -42,6 +42,9 @@ class CompletionRequest(GenerateRequest):
     stream_options: Optional[dict[str, StrictBool]] = None
     n: StrictInt = 1
     best_of: Optional[StrictInt] = None
+    # vLLM's name for FT's len_penalty: beam search ranks beams by cumulative log probability over
+    # length ** length_penalty (None: the guides' 1.0; FT's own default, 0, ranks without length).
+    length_penalty: Optional[Number] = Field(None, ge=-10, le=10)
     logprobs: Optional[StrictInt] = None
     echo: StrictBool = False
     suffix: Optional[StrictStr] = None
@@ -60,6 +63,8 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
     ("best_of", lambda r: (r.best_of or r.n) > 1 and (r.temperature != 0 or r.stream),
      "n or best_of above 1 is served by FT's beam search: it needs temperature 0 and no streaming"),
     ("best_of", lambda r: (r.best_of or r.n) > 16, "best_of must be at most 16 (FT's online beam search)"),
+    ("length_penalty", lambda r: r.length_penalty is not None and (r.best_of or r.n) <= 1,
+     "length_penalty ranks beam search's beams: it needs best_of (or n) above 1"),
     ("logprobs", lambda r: r.logprobs is not None and not 0 <= r.logprobs <= 5, "logprobs must be between 0 and 5"),
     ("logprobs", lambda r: (r.logprobs or 0) > 1 or (r.logprobs == 1 and (r.temperature or (r.best_of or r.n) > 1)),
      "FT returns each chosen token's log probability, not the most likely others: logprobs 0, or 1 with greedy "

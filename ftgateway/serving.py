@@ -73,9 +73,11 @@ class Gateway:
         if not prompt:
             raise ApiError(400, "the prompt is empty", param="prompt")
         n, best_of = getattr(body, "n", 1), getattr(body, "best_of", None)
+        length_penalty = getattr(body, "length_penalty", None)  # None: the guides' 1.0
         return Job(prompt=prompt, max_tokens=body.max_tokens, params=params, stops=stop_list(body.stop),
                    echo=getattr(body, "echo", False), logprobs=getattr(body, "logprobs", None), n=n,
-                   best_of=best_of or n)  # fmt: skip
+                   best_of=best_of or n, length_penalty=1.0 if length_penalty is None else float(length_penalty),
+                   )  # fmt: skip
 
     def chat_prompt(self, body: chat.ChatRequest) -> GenerateRequest:
         """A chat request as the completion it is: the conversation rendered with the model's chat

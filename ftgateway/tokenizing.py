@@ -99,8 +99,9 @@ class Tokenizing:
     async def decoupled(self) -> bool:
         return await self.transport.decoupled()
 
-    async def search(self, tokens: Tokens, max_tokens: int, params: Sampling, beam_width: int) -> list[Step]:
-        return await self.transport.search(tokens, max_tokens, params, beam_width)
+    async def search(self, tokens: Tokens, max_tokens: int, params: Sampling, beam_width: int,
+                     len_penalty: float) -> list[Step]:  # fmt: skip
+        return await self.transport.search(tokens, max_tokens, params, beam_width, len_penalty)
 
     def generate(self, tokens: Tokens, max_tokens: int, params: Sampling) -> AsyncIterator[Step]:
         return self.transport.generate(tokens, max_tokens, params)

@@ -199,11 +199,14 @@ class Triton:
             self._forget()
             raise
 
-    async def search(self, tokens: Tokens, max_tokens: int, params: Sampling, beam_width: int) -> list[Step]:
-        """FT's beam search: the beam_width beams, best first, from the model's last answer."""
+    async def search(self, tokens: Tokens, max_tokens: int, params: Sampling, beam_width: int,
+                     len_penalty: float) -> list[Step]:  # fmt: skip
+        """FT's beam search: the beam_width beams, best first (ranked with len_penalty), from the
+        model's last answer."""
         width = _tensor("beam_width", np.array([[beam_width]], dtype=np.uint32), "UINT32")
+        penalty = _tensor("len_penalty", np.array([[len_penalty]], dtype=np.float32), "FP32")
         last = None
-        async for result in self._answers([*self._ft_inputs(tokens, max_tokens, params), width]):
+        async for result in self._answers([*self._ft_inputs(tokens, max_tokens, params), width, penalty]):
             last = result
         if last is None:
             raise InferenceServerException("the fastertransformer model answered no beams")

@@ -187,13 +187,61 @@ def test_repetition_penalty_reaches_the_model(front):
 
 def test_best_of_and_n_are_ft_beam_search(front):
     """best_of 3, n 2 at temperature 0: FT's beam search with 3 beams, the 2 best returned in
-    order (the stand-in's own beam search on the same shards); usage counts all 3 beams."""
+    order (the stand-in's own beam search on the same shards, with the guides' len_penalty 1.0,
+    which the gateway sends unless length_penalty says otherwise); usage counts all 3 beams."""
     model, ids = load(front.shards), front.tokenizer.encode(PROMPT)
-    beams = model.beam_search(ids, 8, 3, end_id=front.tokenizer.eos_token_id)
+    beams = model.beam_search(ids, 8, 3, end_id=front.tokenizer.eos_token_id, len_penalty=1.0)
     answer = front.complete(max_tokens=8, temperature=0, best_of=3, n=2)
     assert [c["index"] for c in answer["choices"]] == [0, 1]
     assert [PROMPT + c["text"] for c in answer["choices"]] == [front.tokenizer.decode(b.tokens) for b in beams[:2]]
     assert answer["usage"]["completion_tokens"] == sum(len(b.tokens) - len(ids) for b in beams)
+
+
+_UNEVEN_BEAMS: dict[str, str] = {}  # the shards' directory -> a prompt whose beams end at different lengths
+
+
+def test_length_penalty_ranks_the_beams_as_ft_does(front):
+    """length_penalty is FT's len_penalty: 0 ranks beams by cumulative log probability alone,
+    other values by it over length ** penalty, each as the stand-in's beam search ranks them.
+    A penalty changes a ranking only where beams end at different lengths (at the end id), so the
+    prompt is the first of a few whose beams the stand-in ends unevenly (a word and a token of the
+    vocabulary: a random model rarely ends), and whose ranking differs under 1.0 and 0: a penalty
+    the gateway did not send would fail here."""
+    model, eos = load(front.shards), front.tokenizer.eos_token_id
+
+    def beams(prompt: str, penalty: float) -> list:
+        return model.beam_search(front.tokenizer.encode(prompt), 16, 8, end_id=eos, len_penalty=penalty)
+
+    def ranked(prompt: str, penalty: float) -> list[str]:
+        return [front.tokenizer.decode(b.tokens, skip_special_tokens=True) for b in beams(prompt, penalty)]
+
+    def uneven(prompt: str) -> bool:
+        found = beams(prompt, 0.0)
+        return len({len(b.tokens) for b in found}) > 1 and ranked(prompt, 1.0) != ranked(prompt, 0.0)
+
+    if str(front.shards) not in _UNEVEN_BEAMS:
+        words = PROMPT.split()
+        vocab = [front.tokenizer.decode([i]) for i in range(len(front.tokenizer)) if i != eos]
+        candidates = (f"{w}{v}" for w in words[1:] + words[:1] for v in vocab)
+        _UNEVEN_BEAMS[str(front.shards)] = next((p for p in candidates if p.strip() and uneven(p)), "")
+    prompt = _UNEVEN_BEAMS[str(front.shards)]
+    assert prompt, "no candidate prompt has beams of different lengths: pick others"
+    for penalty in (1.0, 0.0, 2.0):
+        answer = front.post(
+            "/v1/completions",
+            {
+                "model": MODEL,
+                "prompt": prompt,
+                "max_tokens": 16,
+                "temperature": 0,
+                "best_of": 8,
+                "n": 8,
+                "length_penalty": penalty,
+            },
+        )
+        assert answer.status_code == 200, answer.text
+        got = [prompt + c["text"] for c in answer.json()["choices"]]
+        assert got == ranked(prompt, penalty), f"length_penalty {penalty}, prompt {prompt!r}"
 
 
 def _check_logprobs(choice: dict, expected: list[float]) -> None:
@@ -253,6 +301,9 @@ def test_the_openai_client_works_with_fts_parameters(front):
     penalised = client.completions.create(**asked, extra_body={"repetition_penalty": 1.8})
     assert penalised.choices[0].text == front.complete(max_tokens=8, temperature=0, repetition_penalty=1.8)[
         "choices"][0]["text"]  # fmt: skip
+    beams = {"n": 3, "best_of": 3, "length_penalty": 0.0}
+    ranked = client.completions.create(**asked, n=3, best_of=3, extra_body={"length_penalty": 0.0})
+    assert [c.text for c in ranked.choices] == [c["text"] for c in front.complete(**asked, **beams)["choices"]]
     streamed = client.completions.create(**asked, stream=True)
     assert "".join(chunk.choices[0].text for chunk in streamed if chunk.choices) == front.complete(
         max_tokens=8, temperature=0)["choices"][0]["text"]  # fmt: skip
@@ -431,6 +482,13 @@ def test_keys_are_required_and_rate_limited(front):
         ({"model": MODEL, "prompt": "x", "logprobs": 0, "stream": True}, 400, "logprobs", "stream false"),
         ({"model": MODEL, "prompt": "x", "logprobs": 0, "echo": True}, 400, "logprobs", "prompt's tokens"),
         ({"model": MODEL, "prompt": "x", "repetition_penalty": 0}, 400, "repetition_penalty", "above 0"),
+        ({"model": MODEL, "prompt": "x", "length_penalty": 1.0}, 400, "length_penalty", "best_of"),
+        (
+            {"model": MODEL, "prompt": "x", "length_penalty": 11, "best_of": 2, "temperature": 0},
+            400,
+            "length_penalty",
+            "less than or equal to 10",
+        ),
         ({"model": MODEL, "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
         ({"model": MODEL, "prompt": "x", "stop": ["a,b"]}, 400, "stop", "comma"),
         ({"model": MODEL, "prompt": "x", "temperature": 0.5, "top_k": 0, "top_p": 0}, 400, "top_p", "greedy"),
