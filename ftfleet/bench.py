@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -92,37 +93,37 @@ def openai_request(url: str, key: str, model: str, prompt: str, tokens: int) -> 
     return call
 
 
-def triton_request(address: str, prompt: str, tokens: int) -> Callable[[], tuple[float, float]]:
-    """One request to the ensemble over gRPC streaming (decoupled models answer only so)."""
-    import tritonclient.grpc as grpcclient  # noqa: PLC0415 - only this layer needs it
+def grpc_stream_request(address: str, model: str, inputs: Callable[[], list], output: str,
+                        last: Callable[[Any], None] | None = None) -> Callable[[], tuple]:  # fmt: skip
+    """One request to `model` over gRPC streaming (decoupled models answer only so): (first
+    response carrying `output`, end, mean gap between those responses) in seconds. `inputs`
+    makes the request's tensors; `last`, if given, gets the last response that carried `output`.
+    Each thread keeps its client and stream."""
+    import tritonclient.grpc as grpcclient  # noqa: PLC0415 - only the Triton layers need it
 
     local, made = threading.local(), []
 
-    def call() -> tuple[float, float]:
+    def call() -> tuple:
         if not hasattr(local, "client"):
             answers: queue.Queue = queue.Queue()  # filled on the stream's own thread, where `local` is empty
             local.answers, local.client = answers, grpcclient.InferenceServerClient(address)
             local.client.start_stream(callback=lambda result, error: answers.put((result, error)))
             made.append(local.client)
-        inputs = []
-        for name, value, dtype in (("INPUT_0", prompt.encode(), object), ("INPUT_1", tokens, np.uint32),
-                                   ("INPUT_2", b"", object), ("INPUT_3", b"", object)):  # fmt: skip
-            tensor = grpcclient.InferInput(name, [1, 1], "BYTES" if dtype is object else "UINT32")
-            tensor.set_data_from_numpy(np.array([[value]], dtype=dtype))
-            inputs.append(tensor)
-        began, first, last, texts = time.perf_counter(), None, None, 0
-        local.client.async_stream_infer("ensemble", inputs, enable_empty_final_response=True)
+        began, first, latest, texts, kept = time.perf_counter(), None, None, 0, None
+        local.client.async_stream_infer(model, inputs(), enable_empty_final_response=True)
         while True:
             result, error = local.answers.get(timeout=300)
             if error is not None:
                 raise RuntimeError(str(error))
             final = result.get_response().parameters.get("triton_final_response")
-            if result.as_numpy("OUTPUT_0") is not None:
-                last, texts = time.perf_counter() - began, texts + 1
-                first = last if first is None else first
+            if result.as_numpy(output) is not None:
+                latest, texts, kept = time.perf_counter() - began, texts + 1, result
+                first = latest if first is None else first
             if final is not None and final.bool_param:
+                if last is not None and kept is not None:
+                    last(kept)
                 end = time.perf_counter() - began
-                return (first or end), end, _gap(first, last, texts)
+                return (first or end), end, _gap(first, latest, texts)
 
     def close() -> None:
         for client in made:
@@ -131,6 +132,22 @@ def triton_request(address: str, prompt: str, tokens: int) -> Callable[[], tuple
 
     call.close = close  # type: ignore[attr-defined]
     return call
+
+
+def triton_request(address: str, prompt: str, tokens: int) -> Callable[[], tuple[float, float]]:
+    """One request to the ensemble over gRPC streaming, text in."""
+    import tritonclient.grpc as grpcclient  # noqa: PLC0415 - only this layer needs it
+
+    def inputs() -> list:
+        made = []
+        for name, value, dtype in (("INPUT_0", prompt.encode(), object), ("INPUT_1", tokens, np.uint32),
+                                   ("INPUT_2", b"", object), ("INPUT_3", b"", object)):  # fmt: skip
+            tensor = grpcclient.InferInput(name, [1, 1], "BYTES" if dtype is object else "UINT32")
+            tensor.set_data_from_numpy(np.array([[value]], dtype=dtype))
+            made.append(tensor)
+        return made
+
+    return grpc_stream_request(address, "ensemble", inputs, "OUTPUT_0")
 
 
 def _gap(first: float | None, last: float | None, texts: int) -> float | None:

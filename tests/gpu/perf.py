@@ -31,12 +31,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import random
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -185,51 +183,29 @@ def convert(ckpt: Path, out: Path, family: str, weight_dtype: str) -> dict:
 
 def ft_ids_request(address: str, ids: list[int], tokens: int, end_id: int, generated: list[int]):
     """One greedy request to the fastertransformer model over gRPC streaming (its decoupled
-    responses): (first response, end, mean gap) in seconds; each answer's new-token count goes
-    to `generated`."""
+    responses; ftfleet.bench's grpc_stream_request): each answer's new-token count goes to
+    `generated`."""
     import numpy as np  # noqa: PLC0415
     import tritonclient.grpc as grpcclient  # noqa: PLC0415
 
-    local, made = threading.local(), []
+    from ftfleet import bench  # noqa: PLC0415
+
     tensors = {"input_ids": np.array([ids], dtype=np.uint32), "input_lengths": np.array([[len(ids)]], np.uint32),
                "request_output_len": np.array([[tokens]], np.uint32), "runtime_top_k": np.array([[1]], np.uint32),
                "start_id": np.array([[end_id]], np.uint32), "end_id": np.array([[end_id]], np.uint32)}  # fmt: skip
 
-    def call() -> tuple:
-        if not hasattr(local, "client"):
-            answers: queue.Queue = queue.Queue()
-            local.answers, local.client = answers, grpcclient.InferenceServerClient(address)
-            local.client.start_stream(callback=lambda result, error: answers.put((result, error)))
-            made.append(local.client)
-        inputs = []
+    def inputs() -> list:
+        made = []
         for name, value in tensors.items():
             tensor = grpcclient.InferInput(name, list(value.shape), "UINT32")
             tensor.set_data_from_numpy(value)
-            inputs.append(tensor)
-        began, first, last, responses, length = time.perf_counter(), None, None, 0, 0
-        local.client.async_stream_infer("fastertransformer", inputs, enable_empty_final_response=True)
-        while True:
-            result, error = local.answers.get(timeout=300)
-            if error is not None:
-                raise RuntimeError(str(error))
-            if result.as_numpy("sequence_length") is not None:
-                last, responses = time.perf_counter() - began, responses + 1
-                first = last if first is None else first
-                length = int(result.as_numpy("sequence_length").reshape(-1)[0])
-            final = result.get_response().parameters.get("triton_final_response")
-            if final is not None and final.bool_param:
-                generated.append(length - len(ids))
-                end = time.perf_counter() - began
-                gap = (last - first) / (responses - 1) if responses > 1 else None
-                return (first or end), end, gap
+            made.append(tensor)
+        return made
 
-    def close() -> None:
-        for client in made:
-            client.stop_stream()
-            client.close()
+    def count(result) -> None:
+        generated.append(int(result.as_numpy("sequence_length").reshape(-1)[0]) - len(ids))
 
-    call.close = close  # type: ignore[attr-defined]
-    return call
+    return bench.grpc_stream_request(address, "fastertransformer", inputs, "sequence_length", last=count)
 
 
 def measure(args, grpc: str, gateway_url: str, model: str, *, tokenizer, lengths: tuple[int, int]) -> dict:
