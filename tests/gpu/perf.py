@@ -208,13 +208,12 @@ def ft_ids_request(address: str, ids: list[int], tokens: int, end_id: int, gener
     return bench.grpc_stream_request(address, "fastertransformer", inputs, "sequence_length", last=count)
 
 
-def measure(args, grpc: str, gateway_url: str, model: str, *, tokenizer, lengths: tuple[int, int]) -> dict:
-    """Every layer at every concurrency for one prompt/answer length (ftfleet.bench's run_levels),
-    in the gateway's virtualenv (tritonclient), here through this process's imports."""
+def measure(args, grpc: str, gateway_url: str, model: str, *, prompt: tuple[str, list[int]], tokens: int) -> dict:
+    """Every layer at every concurrency for one prompt (its text and ids) and answer length
+    (ftfleet.bench's run_levels; tritonclient from the gateway's virtualenv, main() adds it)."""
     from ftfleet import bench  # noqa: PLC0415
 
-    prompt_len, tokens = lengths
-    text, ids = prompt_of(tokenizer, prompt_len, seed=prompt_len)
+    text, ids = prompt
     _known, eos = lab_vocab()
     generated: list[int] = []
     layers = {
@@ -247,9 +246,9 @@ def measure_shape(args, shape: str, work: Path) -> dict:
               "weight_bytes": weight_bytes, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1),
               "floor_itl_ms": round(1000 * weight_bytes / bandwidth, 2), "transformers": {}, "stack": {}}  # fmt: skip
     print(json.dumps({k: v for k, v in result.items() if k not in ("transformers", "stack")}), flush=True)
-    for lengths in args.lengths:
-        _text, ids = prompt_of(tokenizer, lengths[0], seed=lengths[0])
-        result["transformers"][f"{lengths[0]}/{lengths[1]}"] = baseline(model, ids, lengths[1], args.concurrency)
+    prompts = {lengths: prompt_of(tokenizer, lengths[0], seed=lengths[0]) for lengths in args.lengths}
+    for (prompt_len, tokens), (_text, ids) in prompts.items():
+        result["transformers"][f"{prompt_len}/{tokens}"] = baseline(model, ids, tokens, args.concurrency)
     del model
     torch.cuda.empty_cache()
     repo = root / "repos" / "decoupled" / family
@@ -268,10 +267,9 @@ def measure_shape(args, shape: str, work: Path) -> dict:
         settings = {"context_length": 2048 if family == "gptj" else 1024, "max_tokens_limit": 512,
                     "request_timeout_s": 600.0}  # fmt: skip
         with stack.gateway(args, target, local=True, **settings) as (gateway_url, _glog):
-            for lengths in args.lengths:
-                key = f"{lengths[0]}/{lengths[1]}"
-                result["stack"][key] = measure(
-                    args, grpc, gateway_url.removesuffix("/v1"), family, tokenizer=tokenizer, lengths=lengths
+            for (prompt_len, tokens), prompt in prompts.items():
+                result["stack"][f"{prompt_len}/{tokens}"] = measure(
+                    args, grpc, gateway_url.removesuffix("/v1"), family, prompt=prompt, tokens=tokens
                 )
     return result
 
