@@ -24,6 +24,12 @@ text. The rows are still read by every step's GEMM: the work is the shape's.
         [--shapes gptj-6b,gpt2-medium] [--lengths 128/128,512/256] [--concurrency 1,4,16,64] [--out DIR]
 
 Writes perf-<shape>.json under --out and prints each level as it is measured.
+
+--sweep NAME,... measures instead the serving settings a host's inventory chooses (the sweep's
+VARIANTS: dynamic batching off, its queue delay, max_batch_size, gemm_config.in from gpt_gemm
+--gemm): for each, the shape's fastertransformer model alone (no ensemble) is served with that
+config.pbtxt and working directory and measured straight over gRPC at each length and concurrency
+(the gateway adds the same on every variant); writes perf-sweep-<shape>.json.
 """
 
 from __future__ import annotations
@@ -51,6 +57,20 @@ GPTJ_6B = {"model_type": "gptj", "n_layer": 28, "n_embd": 4096, "n_head": 16, "r
 GPT2_MEDIUM = {"model_type": "gpt2", "n_layer": 24, "n_embd": 1024, "n_head": 16, "vocab_size": 50257,
                "n_positions": 1024}  # fmt: skip
 SHAPES = {"gptj-6b": ("gptj", GPTJ_6B), "gpt2-medium": ("gpt", GPT2_MEDIUM)}
+
+# The sweep's variants of the perf set's fastertransformer config (max_batch_size 128, dynamic
+# batching with a 100 us queue delay: roles/triton_model_repo's defaults but dynamic batching):
+# name -> what changes. "gemm" serves with the gemm_config.in that gpt_gemm wrote for the sweep's
+# first concurrency as the batch and the prompt's length as the input (ft_gemm_tune's arguments).
+VARIANTS = {
+    "perf-set": {},
+    "no-dynamic-batching": {"dynamic_batching": False},
+    "delay-1ms": {"delay_us": 1000},
+    "delay-10ms": {"delay_us": 10000},
+    "batch-16": {"max_batch_size": 16},
+    "batch-32": {"max_batch_size": 32},
+    "gemm-tuned": {"gemm": True},
+}
 
 
 def lab_vocab() -> tuple[int, int]:
@@ -234,6 +254,24 @@ def measure(args, grpc: str, gateway_url: str, model: str, *, prompt: tuple[str,
             "ft_new_tokens": {"min": min(generated, default=None), "max": max(generated, default=None)}}  # fmt: skip
 
 
+def converted_repo(args, shape: str, reused: bool) -> tuple[Path, dict]:
+    """The shape's repository of the perf set with ftnative.convert's shards in it (converted again
+    unless the checkpoint was reused and an earlier call converted it) and the conversion's record."""
+    family = SHAPES[shape][0]
+    root = Path(str(args.device_root))
+    repo = root / "repos" / "decoupled" / family
+    converted = root / f"perf-convert-{shape}.json"
+    if not (reused and converted.exists()):
+        shutil.rmtree(repo, ignore_errors=True)
+        shutil.copytree(args.repos / "decoupled" / family, repo)
+        weight_dtype = "fp32" if family == "gptj" else "fp16"  # FT's GPT-J weights are fp32 files (fp16 in memory)
+        converted.write_text(json.dumps(convert(root / "ckpt" / family, repo / "fastertransformer" / "1", family,
+                                                weight_dtype)))  # fmt: skip
+    record = {**json.loads(converted.read_text()), "reused": reused}
+    print(json.dumps({"convert": record}), flush=True)
+    return repo, record
+
+
 def measure_shape(args, shape: str, work: Path) -> dict:
     family, kwargs = SHAPES[shape]
     root = Path(str(args.device_root))
@@ -251,15 +289,7 @@ def measure_shape(args, shape: str, work: Path) -> dict:
         result["transformers"][f"{prompt_len}/{tokens}"] = baseline(model, ids, tokens, args.concurrency)
     del model
     torch.cuda.empty_cache()
-    repo = root / "repos" / "decoupled" / family
-    converted = root / f"perf-convert-{shape}.json"
-    if not (reused and converted.exists()):
-        shutil.rmtree(repo, ignore_errors=True)
-        shutil.copytree(args.repos / "decoupled" / family, repo)
-        weight_dtype = "fp32" if family == "gptj" else "fp16"  # FT's GPT-J weights are fp32 files (fp16 in memory)
-        converted.write_text(json.dumps(convert(ckpt, repo / "fastertransformer" / "1", family, weight_dtype)))
-    result["convert"] = {**json.loads(converted.read_text()), "reused": reused}
-    print(json.dumps({"convert": result["convert"]}), flush=True)
+    repo, result["convert"] = converted_repo(args, shape, reused)
     started = time.monotonic()
     with stack.tritonserver(args, repo, work) as (_base, grpc, _log):
         result["tritonserver_ready_s"] = round(time.monotonic() - started, 1)
@@ -271,6 +301,101 @@ def measure_shape(args, shape: str, work: Path) -> dict:
                 result["stack"][f"{prompt_len}/{tokens}"] = measure(
                     args, grpc, gateway_url.removesuffix("/v1"), family, prompt=prompt, tokens=tokens
                 )
+    return result
+
+
+def variant_config(text: str, change: dict) -> str:
+    """The perf set's fastertransformer config.pbtxt with a variant's changes; a line the change
+    needs and the config lacks is an error (a renamed template must not measure the default)."""
+    lines = text.splitlines()
+
+    def replace(prefix: str, new: str | None) -> None:
+        found = [i for i, line in enumerate(lines) if line.startswith(prefix)]
+        if len(found) != 1:
+            raise RuntimeError(f"config.pbtxt: expected one line starting {prefix!r}, found {len(found)}")
+        if new is None:
+            del lines[found[0]]
+        else:
+            lines[found[0]] = new
+
+    if "max_batch_size" in change:
+        replace("max_batch_size:", f"max_batch_size: {change['max_batch_size']}")
+    if change.get("dynamic_batching") is False:
+        replace("dynamic_batching {", None)
+    if "delay_us" in change:
+        replace("dynamic_batching {", f"dynamic_batching {{ max_queue_delay_microseconds: {change['delay_us']} }}")
+    return "\n".join(lines) + "\n"
+
+
+def gemm_config(args, shape: str, work: Path, batch: int, input_len: int) -> dict:
+    """gpt_gemm with the arguments role ft_gemm_tune computes for the shape, in `work` (where
+    tritonserver, started there, reads the gemm_config.in it writes)."""
+    from ftdomain.ft.commands import ft_gemm_argv  # noqa: PLC0415
+    from ftdomain.ft.model import ft_model_params  # noqa: PLC0415
+
+    family = SHAPES[shape][0]
+    config = json.loads((Path(str(args.device_root)) / "ckpt" / family / "config.json").read_text())
+    argv = ft_gemm_argv(ft_model_params(config, family), batch, 1, input_len, "fp16", 1, binary=str(args.gemm))
+    began = time.monotonic()
+    done = subprocess.run(argv, cwd=work, capture_output=True, text=True, check=False)
+    written = work / "gemm_config.in"
+    if done.returncode or not written.is_file() or not written.stat().st_size:
+        raise RuntimeError(f"gpt_gemm {argv[1:]} wrote no gemm_config.in (rc {done.returncode}): "
+                           f"{(done.stdout + done.stderr)[-2000:]}")  # fmt: skip
+    return {"argv": argv[1:], "seconds": round(time.monotonic() - began, 1),
+            "entries": len(written.read_text().splitlines())}  # fmt: skip
+
+
+def sweep_shape(args, shape: str, work: Path) -> dict:
+    """Each of --sweep's variants: the fastertransformer model alone, served with the variant's
+    config.pbtxt (and gemm_config.in), straight over gRPC at each length and concurrency."""
+    from ftfleet import bench  # noqa: PLC0415
+
+    family, kwargs = SHAPES[shape]
+    ckpt = Path(str(args.device_root)) / "ckpt" / family
+    model, weight_bytes, made_s = checkpoint_of(shape, ckpt)
+    del model
+    torch.cuda.empty_cache()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(ckpt)
+    repo, record = converted_repo(args, shape, made_s is None)
+    prompts = {lengths: prompt_of(tokenizer, lengths[0], seed=lengths[0]) for lengths in args.lengths}
+    _known, eos = lab_vocab()
+    result = {"shape": shape, "family": family, "config": kwargs, "weight_bytes": weight_bytes, "convert": record,
+              "sweep": {}}  # fmt: skip
+    for name in args.sweep:
+        change = VARIANTS[name]
+        served = work / f"sweep-{name}"
+        shutil.rmtree(served, ignore_errors=True)
+        (served / "repo").mkdir(parents=True)
+        model_dir = served / "repo" / "fastertransformer"
+        model_dir.mkdir()
+        (model_dir / "1").symlink_to(repo / "fastertransformer" / "1", target_is_directory=True)
+        config = variant_config((repo / "fastertransformer" / "config.pbtxt").read_text(), change)
+        (model_dir / "config.pbtxt").write_text(config)
+        found = {"change": change, "lengths": {}}
+        if change.get("gemm"):
+            if not args.gemm:
+                raise RuntimeError("the gemm-tuned variant needs --gemm (gpt_gemm's path)")
+            found["gpt_gemm"] = gemm_config(args, shape, served, args.concurrency[0], args.lengths[0][0])
+            print(json.dumps({name: found["gpt_gemm"]}), flush=True)
+        started = time.monotonic()
+        with stack.tritonserver(args, served / "repo", served) as (_base, grpc, _log):
+            found["tritonserver_ready_s"] = round(time.monotonic() - started, 1)
+            for (prompt_len, tokens), (_text, ids) in prompts.items():
+                generated: list[int] = []
+                call = ft_ids_request(grpc, ids, tokens, eos, generated)
+                try:
+                    print(json.dumps({"variant": name, "lengths": f"{prompt_len}/{tokens}"}), flush=True)
+                    levels = bench.run_levels({name: call}, args.concurrency, requests=8, rounds=1)[name]
+                finally:
+                    call.close()
+                for level in levels:
+                    if level["requests_per_s"]:
+                        level["output_tokens_per_s"] = round(level["requests_per_s"] * tokens, 1)
+                found["lengths"][f"{prompt_len}/{tokens}"] = {
+                    "levels": levels, "ft_new_tokens": {"min": min(generated, default=None),
+                                                        "max": max(generated, default=None)}}  # fmt: skip
+        result["sweep"][name] = found
     return result
 
 
@@ -288,10 +413,18 @@ def main() -> int:
     parser.add_argument("--lengths", default="128/128,512/256", help="prompt/answer tokens, comma-separated")
     parser.add_argument("--concurrency", default="1,4,16,64")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--sweep", default="", help=f"variants, comma-separated: {', '.join(VARIANTS)}")
+    parser.add_argument("--gemm", type=Path, default=None, help="gpt_gemm (the gemm-tuned variant)")
     args = parser.parse_args()
     unknown = set(args.shapes.split(",")) - set(SHAPES)
     if unknown:
         parser.error(f"--shapes: unknown {sorted(unknown)}; known: {', '.join(SHAPES)}")
+    args.sweep = [name for name in args.sweep.split(",") if name]
+    unknown = set(args.sweep) - set(VARIANTS)
+    if unknown:
+        parser.error(f"--sweep: unknown {sorted(unknown)}; known: {', '.join(VARIANTS)}")
+    if "gemm-tuned" in args.sweep and not (args.gemm and args.gemm.is_file()):
+        parser.error("--sweep gemm-tuned needs --gemm, gpt_gemm's path (ft-gpu-check's build step makes it)")
     args.lengths = [tuple(int(n) for n in pair.split("/")) for pair in args.lengths.split(",")]
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     # tritonclient (the Triton layers' client) from the gateway's virtualenv, after this Python's own
@@ -305,13 +438,14 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     for shape in args.shapes.split(","):
         try:
-            result = measure_shape(args, shape, work)
+            result = sweep_shape(args, shape, work) if args.sweep else measure_shape(args, shape, work)
         except Exception as err:  # every shape is reported, a failing one included
             failed, result = True, {"shape": shape, "error": f"{type(err).__name__}: {err}"}
             print(json.dumps(result), flush=True)
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"perf-{shape}.json").write_text(json.dumps(result, indent=1) + "\n")
+            name = f"perf-sweep-{shape}.json" if args.sweep else f"perf-{shape}.json"
+            (args.out / name).write_text(json.dumps(result, indent=1) + "\n")
     return 1 if failed else 0
 
 

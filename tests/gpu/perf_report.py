@@ -2,10 +2,13 @@
 project's virtualenv): merges the perf-<shape>.json files that tests/gpu/perf.py wrote in one or
 more calls (a shape's lengths and concurrencies measured apart are joined), writes the merged JSON,
 and prints a Markdown table per shape and length, with each goal of docs/performance.md judged;
---plot writes output tokens/s and inter-token latency against concurrency per layer.
+--plot writes output tokens/s and inter-token latency against concurrency per layer. The
+perf-sweep-<shape>.json files of perf.py --sweep are merged the same way (a variant's levels from
+several calls joined) into one table per shape and length: each variant against the perf set's.
 
     .venv/bin/python tests/gpu/perf_report.py RUN/perf-*.json... --out docs/gpu/h200-perf-tp1.json
         [--plot docs/gpu/h200-perf.png] [--card "NVIDIA H200 ..."]
+    .venv/bin/python tests/gpu/perf_report.py --sweep RUN/perf-sweep-*.json... --out docs/gpu/h200-sweep.json
 """
 
 from __future__ import annotations
@@ -73,6 +76,49 @@ def goals(shape: dict) -> list[tuple[str, str, bool | None]]:
     return found
 
 
+def merge_sweeps(files: list[Path]) -> dict:
+    """One result per shape: each variant's levels per length, joined across calls (a later
+    call's level replaces an earlier one's at the same concurrency)."""
+    shapes: dict[str, dict] = {}
+    for path in files:
+        found = json.loads(path.read_text())
+        if "error" in found:
+            raise SystemExit(f"{path}: the run failed: {found['error']}")
+        into = shapes.setdefault(found["shape"], {**found, "sweep": {}})
+        for name, variant in found["sweep"].items():
+            mine = into["sweep"].setdefault(name, {**variant, "lengths": {}})
+            for key in ("gpt_gemm", "tritonserver_ready_s"):
+                if key in variant:
+                    mine[key] = variant[key]
+            for lengths, measured in variant["lengths"].items():
+                join(mine["lengths"].setdefault(lengths, {**measured, "levels": []})["levels"], measured["levels"])
+    return shapes
+
+
+def sweep_table(name: str, shape: dict) -> str:
+    """Per length: every variant at every concurrency, its throughput against the perf set's."""
+    rows = []
+    lengths_seen = sorted({lengths for v in shape["sweep"].values() for lengths in v["lengths"]})
+    base = shape["sweep"].get("perf-set", {"lengths": {}})
+    for lengths in lengths_seen:
+        rows += [f"### {name}, {lengths} tokens: serving settings", "",
+                 "| variant | change | concurrency | requests/s | against the perf set | p50 ms | p95 ms "
+                 "| first token p50 / p95 ms | between tokens p50 ms |",
+                 "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for variant, found in shape["sweep"].items():
+            change = ", ".join(f"{k} {v}" for k, v in found["change"].items()) or "-"
+            if "gpt_gemm" in found:
+                change += f" (gpt_gemm {' '.join(found['gpt_gemm']['argv'])})"
+            for r in found["lengths"].get(lengths, {}).get("levels", []):
+                ref = at(base["lengths"].get(lengths, {}).get("levels", []), r["concurrency"])
+                ratio = f"{r['requests_per_s'] / ref['requests_per_s']:.2f}x" if ref and ref["requests_per_s"] else "-"
+                rows.append(f"| {variant} | {change} | {r['concurrency']} | {r['requests_per_s']} | {ratio} | "
+                            f"{r['p50_ms']} | {r['p95_ms']} | {r['ttft_p50_ms']} / {r['ttft_p95_ms']} | "
+                            f"{r['itl_p50_ms']} |")  # fmt: skip
+        rows.append("")
+    return "\n".join(rows)
+
+
 def table(name: str, shape: dict) -> str:
     rows = [f"### {name} ({shape['weight_bytes'] / 1e9:.2f} GB of fp16 weights; floor "
             f"{shape['floor_itl_ms']} ms at {shape['copy_bandwidth_gb_s']} GB/s)", ""]  # fmt: skip
@@ -133,12 +179,19 @@ def plot(shapes: dict, out: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", type=Path, nargs="+", help="perf-<shape>.json from tests/gpu/perf.py")
+    parser.add_argument("files", type=Path, nargs="+", help="perf-<shape>.json (or perf-sweep-) from tests/gpu/perf.py")
+    parser.add_argument("--sweep", action="store_true", help="the files are perf.py --sweep's")
     parser.add_argument("--out", type=Path, required=True, help="the merged JSON")
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--card", default="", help="the GPU, driver and versions, recorded in the JSON")
     parser.add_argument("--command", default="", help="how the files were made, recorded in the JSON")
     args = parser.parse_args()
+    if args.sweep:
+        shapes = merge_sweeps(args.files)
+        args.out.write_text(json.dumps({"card": args.card, "command": args.command, "shapes": shapes}, indent=1) + "\n")
+        for name, shape in shapes.items():
+            print(sweep_table(name, shape))
+        return 0
     shapes = merge(args.files)
     args.out.write_text(json.dumps({"card": args.card, "command": args.command, "shapes": shapes}, indent=1) + "\n")
     for name, shape in shapes.items():
