@@ -54,7 +54,8 @@ class ChatRequest(BaseModel):
     top_logprobs: Optional[StrictInt] = None
     presence_penalty: Number = 0
     frequency_penalty: Number = 0
-    logit_bias: Optional[dict[str, Number]] = None
+    logit_bias: Optional[dict[str, Number]] = None  # -100 bans a token (FT's bad words); other values refused
+    bad_words: Union[StrictStr, list[StrictStr], None] = None  # vLLM's extra: FT's bad_words_list
     user: Optional[StrictStr] = None
 
 
@@ -71,7 +72,6 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
      "stream_options takes only include_usage"),
     ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
-    ("logit_bias", lambda r: bool(r.logit_bias), "logit_bias is not supported by the FT model"),
 ]  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from prometheus_client import Counter
 from .errors import ApiError, upstream
 from .sampling import Sampling
 from .tokenizing import Tokenizing
+from .tokens import sequences_of, word_list_of
 from .triton import Tokens
 
 
@@ -40,20 +41,54 @@ class Job:
     n: int = 1  # the best n of best_of beams (FT's beam search)
     best_of: int = 1
     length_penalty: float = 1.0  # FT's len_penalty, for beam search
+    bad_words: tuple[str, ...] = ()  # never generated (FT's bad_words_list), as text
+    banned_ids: tuple[int, ...] = ()  # never generated, as token ids (logit_bias -100)
+
+
+def word_list(words: str | list[str] | None, param: str, most: int) -> list[str]:
+    """Stop or bad words as a list, checked: at most `most`, none empty, none with a comma."""
+    found = [words] if isinstance(words, str) else list(words or [])
+    if len(found) > most:
+        raise ApiError(400, f"{param} takes at most {most} sequences", param=param)
+    for s in found:
+        if not s:
+            raise ApiError(400, f"{param} sequences must not be empty", param=param)
+        if "," in s:
+            # The model repository's preprocessing takes stop and bad words as comma-separated text.
+            raise ApiError(400, f"{param} sequence {s!r} holds a comma, which the model's preprocessing cannot "
+                           "express (it splits its word lists on commas)", param=param)  # fmt: skip
+    return found
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
-    if len(stops) > 4:
-        raise ApiError(400, "stop takes at most 4 sequences", param="stop")
-    for s in stops:
-        if not s:
-            raise ApiError(400, "stop sequences must not be empty", param="stop")
-        if "," in s:
-            # The model repository's preprocessing takes stop words as comma-separated text.
-            raise ApiError(400, f"stop sequence {s!r} holds a comma, which the model's preprocessing cannot "
-                           "express (it splits stop words on commas)", param="stop")  # fmt: skip
-    return stops
+    return word_list(stop, "stop", 4)  # OpenAI's limit
+
+
+BAD_WORDS_MOST = 64
+
+
+def bad_words(words: str | list[str] | None) -> tuple[str, ...]:
+    """The bad_words extra (vLLM's name): text the model must never generate (FT's bad_words_list)."""
+    return tuple(word_list(words, "bad_words", BAD_WORDS_MOST))
+
+
+def banned_ids(logit_bias: dict[str, float] | None) -> tuple[int, ...]:
+    """OpenAI's logit_bias as far as FT can apply it: -100 (the token never comes) becomes a bad
+    word of that one token; 0 changes nothing; FT has no other bias, so any other value is refused."""
+    banned = []
+    for key, bias in (logit_bias or {}).items():
+        if not key.isdigit():
+            raise ApiError(400, f"logit_bias: {key!r} is not a token id", param="logit_bias")
+        if not -100 <= bias <= 100:
+            raise ApiError(400, f"logit_bias: {bias} for token {key} is outside -100..100", param="logit_bias")
+        if bias == -100:
+            banned.append(int(key))
+        elif bias != 0:
+            raise ApiError(400, f"logit_bias: {bias} for token {key}: the FT model can only ban a token (-100, "
+                           "as its bad words) or leave it (0)", param="logit_bias")  # fmt: skip
+    if len(banned) > BAD_WORDS_MOST:
+        raise ApiError(400, f"logit_bias bans at most {BAD_WORDS_MOST} tokens", param="logit_bias")
+    return tuple(sorted(banned))
 
 
 def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
@@ -150,7 +185,10 @@ class Generation:
 
     async def _tokens(self, job: Job) -> Tokens:
         """The prompt's tokens, or the 400 when prompt and max_tokens exceed the context."""
-        tokens = await self.backend.tokenize(job.prompt, job.stops, job.max_tokens)
+        tokens = await self.backend.tokenize(job.prompt, job.stops, job.max_tokens, job.bad_words)
+        if job.banned_ids:  # logit_bias's bans join the bad words as one-token sequences
+            words = sequences_of(tokens.bad_ids) if tokens.bad_ids is not None else []
+            tokens.bad_ids = word_list_of(words + [[i] for i in job.banned_ids])
         if tokens.count + job.max_tokens > self.context_length:
             raise ApiError(400, f"the prompt has {tokens.count} tokens and max_tokens is {job.max_tokens}: "
                            f"together over the model's context of {self.context_length} tokens",

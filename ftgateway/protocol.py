@@ -30,6 +30,10 @@ class GenerateRequest(BaseModel):
     seed: Optional[StrictInt] = Field(None, ge=0)
     # Not OpenAI's, but FT's, and accepted by other OpenAI-compatible servers (vLLM, TGI) as an extra.
     repetition_penalty: Number = 1.0
+    # vLLM's extra: text never generated (FT's bad_words_list); OpenAI's logit_bias bans a token id
+    # with -100 (the one bias FT can apply: generation.banned_ids).
+    bad_words: Union[StrictStr, list[StrictStr], None] = None
+    logit_bias: Optional[dict[str, Number]] = None
 
 
 class CompletionRequest(GenerateRequest):
@@ -50,7 +54,6 @@ class CompletionRequest(GenerateRequest):
     suffix: Optional[StrictStr] = None
     presence_penalty: Number = 0
     frequency_penalty: Number = 0
-    logit_bias: Optional[dict[str, Number]] = None
     user: Optional[StrictStr] = None  # the caller's end user: logged nowhere, accepted as OpenAI does
 
 
@@ -79,7 +82,6 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
     ("suffix", lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
     ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
-    ("logit_bias", lambda r: bool(r.logit_bias), "logit_bias is not supported by the FT model"),
 ]  # fmt: skip
 
 

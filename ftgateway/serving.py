@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from . import chat
 from .config import ConfigError, Keys, Settings
 from .errors import ApiError
-from .generation import Generation, Job, Result, stop_list
+from .generation import Generation, Job, Result, bad_words, banned_ids, stop_list
 from .middleware import Auth, Metrics, RateLimiter, answer_error
 from .protocol import (
     BUFFERED,
@@ -77,7 +77,7 @@ class Gateway:
         return Job(prompt=prompt, max_tokens=body.max_tokens, params=params, stops=stop_list(body.stop),
                    echo=getattr(body, "echo", False), logprobs=getattr(body, "logprobs", None), n=n,
                    best_of=best_of or n, length_penalty=1.0 if length_penalty is None else float(length_penalty),
-                   )  # fmt: skip
+                   bad_words=bad_words(body.bad_words), banned_ids=banned_ids(body.logit_bias))  # fmt: skip
 
     def chat_prompt(self, body: chat.ChatRequest) -> GenerateRequest:
         """A chat request as the completion it is: the conversation rendered with the model's chat
@@ -91,7 +91,8 @@ class Gateway:
             raise ApiError(400, str(err), param=err.param) from err
         return GenerateRequest(prompt=prompt, max_tokens=chat.max_tokens(body), temperature=body.temperature,
                                top_k=body.top_k, top_p=body.top_p, stop=body.stop, seed=body.seed,
-                               repetition_penalty=body.repetition_penalty)  # fmt: skip
+                               repetition_penalty=body.repetition_penalty, bad_words=body.bad_words,
+                               logit_bias=body.logit_bias)  # fmt: skip
 
     def stream(self, body: AnyRequest, first: tuple[str, Optional[Result]], rest,
                decoupled: bool, began: float):  # fmt: skip

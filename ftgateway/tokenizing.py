@@ -59,7 +59,7 @@ class Tokenizing:
             ids = self.local.encode(probe)
             if remote.ids.reshape(-1).tolist() != ids:
                 return f"tokens of {probe!r} differ from the preprocessing model's"
-            if not np.array_equal(remote.stop_ids, self.local.stop_words(STOPS)):
+            if not np.array_equal(remote.stop_ids, self.local.word_list(STOPS)):
                 return "stop words' tokens differ from the preprocessing model's"
             sequence = np.array(ids, dtype=np.uint32).reshape(1, 1, -1)
             lengths = list(range(len(ids) + 1))
@@ -73,13 +73,14 @@ class Tokenizing:
     def tokenizing_locally(self) -> bool:
         return self._ok and self._verified_at == self.transport.resets
 
-    async def tokenize(self, prompt: str, stop: list[str], max_tokens: int) -> Tokens:
+    async def tokenize(self, prompt: str, stop: list[str], max_tokens: int, bad: tuple[str, ...] = ()) -> Tokens:
         if await self.use_local():
             assert self.local is not None
             ids = self.local.encode(prompt)
             return Tokens(ids=np.array([ids], dtype=np.uint32), count=len(ids),
-                          stop_ids=self.local.stop_words(stop) if stop else None)  # fmt: skip
-        return await self.transport.tokenize(prompt, stop, max_tokens)
+                          stop_ids=self.local.word_list(stop) if stop else None,
+                          bad_ids=self.local.word_list(list(bad)) if bad else None)  # fmt: skip
+        return await self.transport.tokenize(prompt, stop, max_tokens, bad)
 
     async def detokenize(self, output_ids: np.ndarray, length: int) -> str:
         return (await self.detokenize_prefixes(output_ids, [length]))[0]

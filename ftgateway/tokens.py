@@ -92,16 +92,33 @@ class LocalTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
-    def stop_words(self, stops: list[str]) -> np.ndarray:
-        """FT's stop_words_list for one request, [1, 2, w]: the stops' ids one after the other,
-        then their end offsets, padded with 0 and -1 (the preprocessing model's layout)."""
-        ids, offsets = [], []
-        for word in stops:
-            ids += self.encode(word, special=False)
-            offsets.append(len(ids))
-        width = max(1, len(ids), len(offsets))
-        out = np.zeros((1, 2, width), dtype=np.int32)
-        out[:, 1, :] = -1
-        out[0, 0, : len(ids)] = ids
-        out[0, 1, : len(offsets)] = offsets
-        return out
+    def word_list(self, words: list[str]) -> np.ndarray:
+        """FT's stop_words_list or bad_words_list for one request of these words (word_list_of)."""
+        return word_list_of([self.encode(word, special=False) for word in words])
+
+
+def word_list_of(sequences: list[list[int]]) -> np.ndarray:
+    """FT's stop_words_list or bad_words_list for one request, [1, 2, w]: the sequences' ids one
+    after the other, then their end offsets, padded with 0 and -1 (the preprocessing model's layout)."""
+    ids, offsets = [], []
+    for sequence in sequences:
+        ids += sequence
+        offsets.append(len(ids))
+    width = max(1, len(ids), len(offsets))
+    out = np.zeros((1, 2, width), dtype=np.int32)
+    out[:, 1, :] = -1
+    out[0, 0, : len(ids)] = ids
+    out[0, 1, : len(offsets)] = offsets
+    return out
+
+
+def sequences_of(word_list: np.ndarray) -> list[list[int]]:
+    """The id sequences of one request's FT word list ([1, 2, w] or [2, w]): word_list_of's inverse."""
+    ids, offsets = word_list.reshape(2, -1)
+    sequences, start = [], 0
+    for end in offsets:
+        if end < 0:
+            break
+        sequences.append([int(i) for i in ids[start:end]])
+        start = int(end)
+    return sequences

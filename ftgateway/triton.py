@@ -41,6 +41,7 @@ class Tokens:
     ids: np.ndarray  # [1, n] uint32
     count: int
     stop_ids: np.ndarray | None  # [1, 2, w] int32 (FT's stop_words_list) or None
+    bad_ids: np.ndarray | None = None  # [1, 2, w] int32 (FT's bad_words_list) or None
     # The prompt as the model's tokenizer decodes its ids: filled by the first detokenization of
     # a step (the same postprocessing call), not by a call of its own.
     text: str | None = None
@@ -104,12 +105,12 @@ class Triton:
             self._decoupled = bool(policy.get("decoupled", False))
         return self._decoupled
 
-    async def tokenize(self, prompt: str, stop: list[str], max_tokens: int) -> Tokens:
-        """The preprocessing model's tokens of the prompt and the stop words."""
+    async def tokenize(self, prompt: str, stop: list[str], max_tokens: int, bad: tuple[str, ...] = ()) -> Tokens:
+        """The preprocessing model's tokens of the prompt, the stop words and the bad words."""
         inputs = [
             _tensor("QUERY", np.array([[prompt.encode()]], dtype=object), "BYTES"),
             _tensor("REQUEST_OUTPUT_LEN", np.array([[max_tokens]], dtype=np.uint32), "UINT32"),
-            _tensor("BAD_WORDS_DICT", np.array([[b""]], dtype=object), "BYTES"),
+            _tensor("BAD_WORDS_DICT", np.array([[",".join(bad).encode()]], dtype=object), "BYTES"),
             _tensor("STOP_WORDS_DICT", np.array([[",".join(stop).encode()]], dtype=object), "BYTES"),
         ]
         try:
@@ -120,7 +121,8 @@ class Triton:
         count = int(result.as_numpy("REQUEST_INPUT_LEN").reshape(-1)[0])
         ids = result.as_numpy("INPUT_ID")[:, :count].astype(np.uint32)
         stop_ids = result.as_numpy("STOP_WORDS_IDS").astype(np.int32) if stop else None
-        return Tokens(ids=ids, count=count, stop_ids=stop_ids)
+        bad_ids = result.as_numpy("BAD_WORDS_IDS").astype(np.int32) if bad else None
+        return Tokens(ids=ids, count=count, stop_ids=stop_ids, bad_ids=bad_ids)
 
     async def _postprocessing_inputs(self) -> dict[str, str]:
         """The postprocessing model's inputs, name to data type (they differ by family, as
@@ -165,6 +167,8 @@ class Triton:
             inputs.append(_tensor("repetition_penalty", one(params.repetition_penalty, np.float32), "FP32"))
         if tokens.stop_ids is not None:
             inputs.append(_tensor("stop_words_list", tokens.stop_ids, "INT32"))
+        if tokens.bad_ids is not None:
+            inputs.append(_tensor("bad_words_list", tokens.bad_ids, "INT32"))
         return inputs
 
     async def _answers(self, inputs: list[grpcclient.InferInput]) -> AsyncIterator:

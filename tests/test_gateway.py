@@ -363,6 +363,7 @@ def test_the_openai_client_chats(front):
         ({"messages": [{"role": "user", "content": "GPU hosts " * 200}]}, "prompt", "over the model's context"),
         ({"logprobs": True}, "logprobs", "/v1/completions"),
         ({"frequency_penalty": 0.5}, "frequency_penalty", "not supported"),
+        ({"logit_bias": {"3": 20}}, "logit_bias", "can only ban"),
         ({"stream_options": {"include_usage": True}}, "stream_options", "only allowed with stream true"),
         ({"tools": []}, "tools", "unknown parameter"),
     ],
@@ -431,6 +432,38 @@ def test_a_stop_sequence_ends_the_completion_early(front):
     assert "".join(c["choices"][0]["text"] for c in chunks) == choice["text"]
 
 
+def test_bad_words_and_logit_bias_ban_what_the_model_would_say(front):
+    """bad_words (vLLM's extra) and logit_bias -100 (OpenAI's ban) become FT's bad_words_list:
+    the answer equals the stand-in's own decoding with that word banned, and differs from the
+    plain one. The word is a token the plain answer has, first of its kind, whose text encodes back
+    to that one token (bad words are matched by tokens, as stop words are)."""
+    tok, prompt_ids, eos = front.tokenizer, front.tokenizer.encode(PROMPT), front.tokenizer.eos_token_id
+    model = load(front.shards)
+    plain = model.generate(prompt_ids, 20, end_id=eos)
+    banned = next(t for i, t in enumerate(plain) if plain.index(t) == i and tok.encode(tok.decode([t])) == [t]
+                  and tok.decode([t]).strip().isalnum())  # fmt: skip
+    expected = model.generate(prompt_ids, 20, end_id=eos, bad=[[banned]])
+    assert expected != plain
+    assert banned not in expected
+    word = tok.decode([banned])
+    for asked in ({"bad_words": [word]}, {"bad_words": word}, {"logit_bias": {str(banned): -100, "7": 0}}):
+        answer = front.complete(max_tokens=20, temperature=0, **asked)["choices"][0]["text"]
+        assert PROMPT + answer == tok.decode(prompt_ids + expected), asked
+    _, chunks = front.stream(max_tokens=20, temperature=0, bad_words=[word])
+    assert PROMPT + "".join(c["choices"][0]["text"] for c in chunks) == tok.decode(prompt_ids + expected)
+    # both at once: one list of the two kinds (text and ids)
+    second = next(t for t in expected if t != banned and tok.encode(tok.decode([t])) == [t])
+    both = model.generate(prompt_ids, 20, end_id=eos, bad=[[banned], [second]])
+    answer = front.complete(max_tokens=20, temperature=0, bad_words=[word], logit_bias={str(second): -100})
+    assert PROMPT + answer["choices"][0]["text"] == tok.decode(prompt_ids + both)
+    # chat takes them too: the chat answer is the completion of its rendered prompt with the same ban
+    chat = front.post("/v1/chat/completions", {"model": MODEL, "messages": CHAT, "max_tokens": 12, "temperature": 0,
+                                               "logit_bias": {str(banned): -100}})  # fmt: skip
+    assert chat.status_code == 200, chat.text
+    same = front.complete(prompt=CHAT_PROMPT, max_tokens=12, temperature=0, logit_bias={str(banned): -100})
+    assert chat.json()["choices"][0]["message"]["content"] == same["choices"][0]["text"]
+
+
 def test_keys_are_required_and_rate_limited(front):
     models = httpx.get(front.url + "/v1/models", timeout=10)
     assert models.status_code == 401
@@ -491,6 +524,12 @@ def test_keys_are_required_and_rate_limited(front):
         ),
         ({"model": MODEL, "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
         ({"model": MODEL, "prompt": "x", "stop": ["a,b"]}, 400, "stop", "comma"),
+        ({"model": MODEL, "prompt": "x", "bad_words": ["a,b"]}, 400, "bad_words", "comma"),
+        ({"model": MODEL, "prompt": "x", "bad_words": [""]}, 400, "bad_words", "must not be empty"),
+        ({"model": MODEL, "prompt": "x", "bad_words": ["w"] * 65}, 400, "bad_words", "at most 64"),
+        ({"model": MODEL, "prompt": "x", "logit_bias": {"50": 5}}, 400, "logit_bias", "can only ban"),
+        ({"model": MODEL, "prompt": "x", "logit_bias": {"a": -100}}, 400, "logit_bias", "not a token id"),
+        ({"model": MODEL, "prompt": "x", "logit_bias": {"5": -101}}, 400, "logit_bias", "outside -100..100"),
         ({"model": MODEL, "prompt": "x", "temperature": 0.5, "top_k": 0, "top_p": 0}, 400, "top_p", "greedy"),
         ({"model": MODEL, "prompt": "x", "frobnicate": True}, 400, "frobnicate", "unknown parameter"),
         ({"model": MODEL, "prompt": "x" * 5000}, 413, None, "over 4096 bytes"),
