@@ -18,7 +18,7 @@ from .config import Key, Settings
 from .errors import ApiError, triton_error
 from .middleware import BodyLimitAndCounts, Metrics
 from .protocol import AnyRequest, CompletionRequest, GenerateRequest, completion_chunk, usage, validation_error
-from .serving import Gateway
+from .serving import Gateway, all_of, merged
 from .tokenizing import Tokenizing
 from .triton import Triton
 
@@ -51,37 +51,37 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, _key: Caller):
+        jobs = gw.jobs(body)  # one per prompt; choices numbered as OpenAI numbers them (prompt, then n)
+        ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         if (body.best_of or body.n) > 1:
-            results, billed = await gw.generation.search(gw.job(body))
-            ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-            choices = [{**completion_chunk(ident, created, settings.model, r.text, r.finish_reason,
-                                           logprobs=r.logprobs)["choices"][0], "index": i}
-                       for i, r in enumerate(results)]  # fmt: skip
-            return {"id": ident, "object": "text_completion", "created": created, "model": settings.model,
-                    "choices": choices, "usage": billed}  # fmt: skip
-        if not body.stream:
-            result = await gw.generation.result(gw.job(body))
-            ident = f"cmpl-{uuid.uuid4().hex}"
-            chunk = completion_chunk(ident, int(time.time()), settings.model, result.text, result.finish_reason,
-                                     logprobs=result.logprobs)  # fmt: skip
-            return {**chunk, "usage": usage(result)}
-        return await streamed(body, body)
+            searched = await all_of([gw.generation.search(job) for job in jobs])
+            results = [r for found, _billed in searched for r in found]
+            billed = {key: sum(b[key] for _, b in searched) for key in searched[0][1]}
+        elif not body.stream:
+            results = await all_of([gw.generation.result(job) for job in jobs])
+            billed = usage(*results)
+        else:
+            return await streamed(body, jobs)
+        choices = [completion_chunk(ident, created, settings.model, r.text, r.finish_reason, logprobs=r.logprobs,
+                                    index=i)["choices"][0] for i, r in enumerate(results)]  # fmt: skip
+        return {"id": ident, "object": "text_completion", "created": created, "model": settings.model,
+                "choices": choices, "usage": billed}  # fmt: skip
 
-    async def streamed(body: AnyRequest, generate: GenerateRequest) -> StreamingResponse:
+    async def streamed(body: AnyRequest, jobs: list) -> StreamingResponse:
         began = time.monotonic()
-        rest = gw.generation.run(gw.job(generate))
-        first = await rest.__anext__()  # an error before the first text is still a plain HTTP error
+        items = await merged([gw.generation.run(job) for job in jobs])
         try:
             decoupled = await gw.backend.decoupled()
         except InferenceServerException as err:
+            await items.aclose()
             raise triton_error(err) from err
-        return gw.stream(body, first, rest, decoupled, began)
+        return gw.stream(body, items, len(jobs), decoupled, began)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: chat.ChatRequest, _key: Caller):
         generate = gw.chat_prompt(body)
         if body.stream:
-            return await streamed(body, generate)
+            return await streamed(body, [gw.job(generate)])
         result = await gw.generation.result(gw.job(generate))
         return chat.answer(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), settings.model, result.text,
                            finish=result.finish_reason, usage=usage(result))  # fmt: skip

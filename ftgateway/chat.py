@@ -128,7 +128,8 @@ def answer(ident: str, created: int, model: str, text: str, *, finish: str, usag
             "usage": usage}  # fmt: skip
 
 
-def chunk(ident: str, created: int, model: str, delta: dict[str, str], finish: Optional[str], **extra: Any):
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+def chunk(ident: str, created: int, model: str, delta: dict[str, str], finish: Optional[str], *, index: int = 0,
+          **extra: Any):  # fmt: skip
+    choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
     return {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [choice], **extra}  # fmt: skip

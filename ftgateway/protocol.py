@@ -13,6 +13,9 @@ from .errors import ApiError
 from .generation import Result
 
 Number = Union[StrictInt, StrictFloat]
+# A completions request's prompts at most: each is its own generation, all at once (FT batches
+# them: Triton's dynamic batcher gathers what arrives together), numbered as OpenAI numbers them.
+PROMPTS_MOST = 16
 BUFFERED = ("buffered: the fastertransformer model is not decoupled (triton_model_repo_decoupled: false), "
             "so the whole answer comes in one chunk")  # fmt: skip
 
@@ -40,7 +43,7 @@ class CompletionRequest(GenerateRequest):
     """OpenAI's completions request. Every parameter is either honoured or refused with a 400."""
 
     model: StrictStr
-    prompt: Union[StrictStr, Annotated[list[StrictStr], Field(min_length=1, max_length=1)]]
+    prompt: Union[StrictStr, Annotated[list[StrictStr], Field(min_length=1, max_length=PROMPTS_MOST)]]
     temperature: Number = Field(1.0, ge=0, le=2)
     stream: StrictBool = False
     stream_options: Optional[dict[str, StrictBool]] = None
@@ -89,14 +92,15 @@ def sse_event(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data)}\n\n"
 
 
-def usage(result: Result) -> dict[str, int]:
-    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-            "total_tokens": result.prompt_tokens + result.completion_tokens}  # fmt: skip
+def usage(*results: Result) -> dict[str, int]:
+    """OpenAI's usage of one answer or of several (a list of prompts: their sums)."""
+    prompt, completion = sum(r.prompt_tokens for r in results), sum(r.completion_tokens for r in results)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def completion_chunk(ident: str, created: int, model: str, text: str, finish: Optional[str], *,
-                     logprobs: Optional[dict[str, list]] = None, **extra: Any):  # fmt: skip
-    choice = {"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}
+                     logprobs: Optional[dict[str, list]] = None, index: int = 0, **extra: Any):  # fmt: skip
+    choice = {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}
     return {"id": ident, "object": "text_completion", "created": created, "model": model, "choices": [choice], **extra}
 
 

@@ -3,10 +3,12 @@ text becomes OpenAI's answer or its stream of server-sent events. The Gateway ho
 behind the routes (settings, keys, limits, metrics, the generation loop and the chat template)."""
 
 import asyncio
+import dataclasses
 import secrets
 import time
 import uuid
-from typing import Any, Optional
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Optional, TypeVar
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -50,8 +52,18 @@ class Gateway:
     def fail(self, err: ApiError, route: str) -> JSONResponse:
         return answer_error(self.metrics, err, route)
 
+    def jobs(self, body: CompletionRequest) -> list[Job]:
+        """A completions request's jobs: one per prompt (a list of prompts is a batch), each checked
+        as job() checks one."""
+        prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+        first = self.job(body)
+        for i, prompt in enumerate(prompts[1:], start=1):
+            if not prompt:
+                raise ApiError(400, f"prompt {i} of the list is empty", param="prompt")
+        return [first] + [dataclasses.replace(first, prompt=prompt) for prompt in prompts[1:]]
+
     def job(self, body: GenerateRequest) -> Job:
-        """What a request asks to generate, or the 400 that says what is wrong."""
+        """What a request asks to generate (its first prompt), or the 400 that says what is wrong."""
         if isinstance(body, CompletionRequest):
             if body.model != self.settings.model:
                 raise ApiError(404, f"the model {body.model!r} does not exist here; this gateway serves "
@@ -94,45 +106,46 @@ class Gateway:
                                repetition_penalty=body.repetition_penalty, bad_words=body.bad_words,
                                logit_bias=body.logit_bias)  # fmt: skip
 
-    def stream(self, body: AnyRequest, first: tuple[str, Optional[Result]], rest,
+    def stream(self, body: AnyRequest, items: AsyncIterator[tuple[int, str, Optional[Result]]], count: int,
                decoupled: bool, began: float):  # fmt: skip
-        """Server-sent events in OpenAI's chunk shape (completions' or chat's), then [DONE]. With
-        stream_options.include_usage, as OpenAI specifies it: every chunk carries "usage": null,
-        and one more chunk before [DONE] has no choices and the usage."""
+        """Server-sent events in OpenAI's chunk shape (completions' or chat's), then [DONE], from
+        `items`: (choice index, text delta, the Result with a choice's last item) of `count`
+        choices, their first items already awaited (merged() makes them of several generations).
+        With stream_options.include_usage, as OpenAI specifies it: every chunk carries "usage":
+        null, and one more chunk before [DONE] has no choices and the usage of every choice."""
         chatting = isinstance(body, chat.ChatRequest)
         route = "/v1/chat/completions" if chatting else "/v1/completions"
         ident, created = f"{'chatcmpl' if chatting else 'cmpl'}-{uuid.uuid4().hex}", int(time.time())
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         extra = ({} if decoupled else {"ftfleet_streaming": BUFFERED}) | ({"usage": None} if include_usage else {})
 
-        def piece(text: str, finish: Optional[str], **more: Any) -> dict[str, Any]:
+        def piece(index: int, text: str, finish: Optional[str], **more: Any) -> dict[str, Any]:
             if chatting:
                 return chat.chunk(ident, created, self.settings.model, {"content": text} if text else {}, finish,
-                                  **more)  # fmt: skip
-            return completion_chunk(ident, created, self.settings.model, text, finish, **more)
+                                  index=index, **more)  # fmt: skip
+            return completion_chunk(ident, created, self.settings.model, text, finish, index=index, **more)
 
         async def events():
-            status, item, seen_text, held = "200", first, False, ""
+            status, seen_text, held, results = "200", False, [""] * count, []
             if chatting:  # OpenAI's first chat chunk names the role
                 yield sse_event(chat.chunk(ident, created, self.settings.model, {"role": "assistant", "content": ""},
                                         None, **extra))  # fmt: skip
             try:
-                while True:
-                    delta, result = item
-                    if not decoupled:  # buffered: all the text in one chunk (run() may yield a trailing
-                        held += delta  # partial character apart), then the chunk with the usage
-                        delta = held if result is not None else ""
+                async for index, new, result in items:
+                    delta = new
+                    if not decoupled:  # buffered: all of a choice's text in one chunk (run() may yield
+                        held[index] += new  # a trailing partial character apart), then its end
+                        delta = held[index] if result is not None else ""
                     if delta:
                         if not seen_text:
                             self.metrics.first_token.observe(time.monotonic() - began)
                             seen_text = True
-                        yield sse_event(piece(delta, None, **extra))
+                        yield sse_event(piece(index, delta, None, **extra))
                     if result is not None:
-                        yield sse_event(piece("", result.finish_reason, **extra))
-                        if include_usage:
-                            yield sse_event({**piece("", None), "choices": [], "usage": usage(result)})
-                        break
-                    item = await rest.__anext__()
+                        yield sse_event(piece(index, "", result.finish_reason, **extra))
+                        results.append(result)
+                if include_usage:
+                    yield sse_event({**piece(0, "", None), "choices": [], "usage": usage(*results)})
             except ApiError as err:  # after the first chunk: an error event in OpenAI's shape
                 status = str(err.status)
                 self.metrics.errors.labels(status, err.kind).inc()
@@ -151,3 +164,58 @@ class Gateway:
 
         headers = {"Cache-Control": "no-cache", "X-FTFleet-Streaming": "tokens" if decoupled else "buffered"}
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
+T = TypeVar("T")
+
+
+async def all_of(calls: list[Awaitable[T]]) -> list[T]:
+    """Every call's result in order, run at once; the first failure cancels the others and is raised
+    (asyncio.gather would leave them running)."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def merged(runs: list[AsyncIterator[tuple[str, Optional[Result]]]]) -> AsyncIterator:
+    """Several generations' items as one stream of (index, delta, result): each run's items in
+    their order, the runs interleaved as their items come. Each run's first item is awaited before
+    this returns, so that an error before any text is still a plain HTTP error."""
+
+    async def close(pending: dict) -> None:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)  # a cancelled __anext__ lets go of its run
+        for run in runs:
+            await run.aclose()
+
+    try:
+        firsts = await all_of([run.__anext__() for run in runs])
+    except BaseException:
+        await close({})
+        raise
+
+    async def items():
+        pending: dict[asyncio.Future, int] = {}
+        try:
+            for index, (delta, result) in enumerate(firsts):
+                yield index, delta, result
+                if result is None:
+                    pending[asyncio.ensure_future(runs[index].__anext__())] = index
+            while pending:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    index = pending.pop(task)
+                    delta, result = task.result()
+                    yield index, delta, result
+                    if result is None:
+                        pending[asyncio.ensure_future(runs[index].__anext__())] = index
+        finally:
+            await close(pending)
+
+    return items()

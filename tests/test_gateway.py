@@ -312,6 +312,41 @@ def test_the_openai_client_works_with_fts_parameters(front):
     assert refused.value.body["param"] == "logprobs"
 
 
+def test_a_list_of_prompts_is_answered_as_each_prompt_alone(front):
+    """prompt as a list (OpenAI's batch): one choice per prompt, index i for prompt i (i * n + j
+    with n), each equal to the prompt's answer asked alone, usage their sum; streamed, each index's
+    chunks join to that text and end once; the openai client too."""
+    prompts = [PROMPT, "GPU hosts", PROMPT + " and"]
+    alone = [front.complete(prompt=p, max_tokens=8, temperature=0) for p in prompts]
+    batch = front.complete(prompt=prompts, max_tokens=8, temperature=0)
+    assert [c["index"] for c in batch["choices"]] == [0, 1, 2]
+    assert [c["text"] for c in batch["choices"]] == [a["choices"][0]["text"] for a in alone]
+    assert [c["finish_reason"] for c in batch["choices"]] == [a["choices"][0]["finish_reason"] for a in alone]
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert batch["usage"][key] == sum(a["usage"][key] for a in alone), key
+
+    _, chunks = front.stream(prompt=prompts, max_tokens=8, temperature=0, stream_options={"include_usage": True})
+    texts, ends = ["", "", ""], [0, 0, 0]
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            texts[choice["index"]] += choice["text"]
+            ends[choice["index"]] += choice["finish_reason"] is not None
+    assert texts == [a["choices"][0]["text"] for a in alone]
+    assert ends == [1, 1, 1]
+    assert chunks[-1]["usage"] == batch["usage"]
+
+    beams = front.complete(prompt=prompts[:2], max_tokens=8, temperature=0, n=2, best_of=3)
+    each = [front.complete(prompt=p, max_tokens=8, temperature=0, n=2, best_of=3) for p in prompts[:2]]
+    assert [c["index"] for c in beams["choices"]] == [0, 1, 2, 3]
+    assert [c["text"] for c in beams["choices"]] == [c["text"] for a in each for c in a["choices"]]
+    assert beams["usage"]["completion_tokens"] == sum(a["usage"]["completion_tokens"] for a in each)
+
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=front.url + "/v1", api_key=KEY, max_retries=0)
+    got = client.completions.create(model=MODEL, prompt=prompts, max_tokens=8, temperature=0)
+    assert [c.text for c in sorted(got.choices, key=lambda c: c.index)] == [c["text"] for c in batch["choices"]]
+
+
 def test_chat_is_the_completion_of_the_conversation_in_the_models_template(front):
     """/v1/chat/completions renders the messages with the chat template and generates exactly what
     /v1/completions generates for that prompt, whole and streamed, in OpenAI's chat shapes."""
@@ -492,7 +527,9 @@ def test_keys_are_required_and_rate_limited(front):
         ({"model": MODEL, "prompt": "x", "temperature": -0.5}, 400, "temperature", "greater than or equal to 0"),
         ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens", "integer"),
         ({"model": MODEL, "prompt": 42}, 400, "prompt", "string"),
-        ({"model": MODEL, "prompt": ["a", "b"]}, 400, "prompt", "at most 1"),
+        ({"model": MODEL, "prompt": ["a"] * 17}, 400, "prompt", "at most 16"),
+        ({"model": MODEL, "prompt": ["a", ""]}, 400, "prompt", "prompt 1 of the list is empty"),
+        ({"model": MODEL, "prompt": ["a", "word " * 200]}, 400, "prompt", "context of 128"),
         ({"model": MODEL, "prompt": ""}, 400, "prompt", "empty"),
         ({"model": MODEL, "prompt": "x", "n": 2}, 400, "best_of", "needs temperature 0"),
         ({"model": MODEL, "prompt": "x", "n": 3, "best_of": 2, "temperature": 0}, 400, "n", "at most best_of"),
