@@ -42,6 +42,23 @@ NEW_TOKENS = 16
 END_ID = VOCAB - 1
 TP = 1  # --tp: the shards' and FT's tensor-parallel size (one thread per GPU, NCCL between them)
 LOGPROB_TOLERANCE = 2e-3  # fp32: FT's kernels against numpy's float64-accumulated reference
+# The repetition penalty's check needs a case where the penalty changes the tokens (a greedy
+# answer that repeats no token, prompt included, is the same with any penalty): the first of these
+# (answer length, penalty) where the stand-in's penalised answer differs from its plain one.
+PENALTY_TRIES = [(NEW_TOKENS, 1.3), (NEW_TOKENS, 2.0), (NEW_TOKENS, 4.0), (48, 1.3), (48, 2.0), (48, 4.0),
+                 (96, 2.0), (96, 8.0)]  # fmt: skip
+
+
+def penalty_case(stand_in) -> tuple[int, float, list[int], list[int]] | None:
+    """PENALTY_TRIES' first case that the stand-in answers differently with the penalty: (length,
+    penalty, its plain answer, its penalised answer); None when none does."""
+    for new, penalty in PENALTY_TRIES:
+        plain = stand_in.generate(PROMPT, new, end_id=END_ID)
+        penalised = stand_in.generate(PROMPT, new, repetition_penalty=penalty, end_id=END_ID)
+        if penalised != plain:
+            return new, penalty, plain, penalised
+    return None
+
 
 # family -> (FT's model_type, as fastertransformer_backend's config.pbtxt names it; the config)
 FAMILIES = {
@@ -85,11 +102,11 @@ def reference(family: str, where: Path) -> list[int]:
     return out[0, len(PROMPT) :].tolist()
 
 
-def request(path: Path, **inputs: tuple[str, list]) -> Path:
+def request(path: Path, new_tokens: int = NEW_TOKENS, **inputs: tuple[str, list]) -> Path:
     """The driver's request file: input_ids and lengths as the backend receives them, and the
     sampling inputs given (name=(type, values))."""
     lines = [f"input_ids uint32 1 {len(PROMPT)} : {' '.join(map(str, PROMPT))}",
-             f"input_lengths uint32 1 : {len(PROMPT)}", f"request_output_len uint32 1 : {NEW_TOKENS}",
+             f"input_lengths uint32 1 : {len(PROMPT)}", f"request_output_len uint32 1 : {new_tokens}",
              f"end_id uint32 1 : {END_ID}", f"start_id uint32 1 : {END_ID}"]  # fmt: skip
     for name, (kind, values) in inputs.items():
         lines.append(f"{name} {kind} {len(values)} : {' '.join(map(str, values))}")
@@ -140,13 +157,19 @@ def check_family(family: str, driver: Path, work: Path) -> dict:
             result[f"cum_log_prob_{data_type}"] = {"ft": greedy["cum_log_probs"]["values"][0],
                                                       "stand_in": steps[-1].cum_log_prob}  # fmt: skip
         if data_type == "fp32":
-            penalised = ft_run(driver, model_type, "fp32", shards,
-                               request(work / "penalty.txt", runtime_top_k=("uint32", [1]),
-                                       repetition_penalty=("fp32", [1.3])))  # fmt: skip
-            result["ft_penalty_fp32"] = beams(penalised)[0]
-            result["stand_in_penalty_fp32"] = stand_in.generate(
-                PROMPT, NEW_TOKENS, repetition_penalty=1.3, end_id=END_ID
-            )
+            case = penalty_case(stand_in)
+            if case is None:
+                result["penalty_case"] = f"none of {PENALTY_TRIES} changes the stand-in's answer"
+            else:
+                new, penalty, plain, expected_penalised = case
+                result["penalty_case"] = {"new_tokens": new, "repetition_penalty": penalty}
+                greedy_req = request(work / "plain-long.txt", new, runtime_top_k=("uint32", [1]))
+                penalty_req = request(work / "penalty.txt", new, runtime_top_k=("uint32", [1]),
+                                      repetition_penalty=("fp32", [penalty]))  # fmt: skip
+                result["ft_plain_for_penalty_fp32"] = beams(ft_run(driver, model_type, "fp32", shards, greedy_req))[0]
+                result["ft_penalty_fp32"] = beams(ft_run(driver, model_type, "fp32", shards, penalty_req))[0]
+                result["stand_in_plain_for_penalty_fp32"] = plain
+                result["stand_in_penalty_fp32"] = expected_penalised
             searched = ft_run(
                 driver,
                 model_type,
@@ -203,7 +226,11 @@ def verdicts(r: dict) -> dict[str, bool]:
         "fp32 greedy = transformers": r["ft_fp32"] == r["transformers_fp32"],
         "fp32 greedy = stand-in": r["ft_fp32"] == r["stand_in_fp32"],
         "fp16 greedy = stand-in fp16": r["ft_fp16"] == r["stand_in_fp16"],
-        "repetition penalty = stand-in": r["ft_penalty_fp32"] == r["stand_in_penalty_fp32"],
+        # FT's penalised answer equals the stand-in's and differs from FT's plain one at that length
+        # (penalty_case): a fork that ignored the penalty would fail here.
+        "repetition penalty = stand-in": "ft_penalty_fp32" in r and r["ft_penalty_fp32"] == r["stand_in_penalty_fp32"],
+        "repetition penalty changes FT's tokens": "ft_penalty_fp32" in r
+        and r["ft_penalty_fp32"] != r["ft_plain_for_penalty_fp32"],
         "beam 2 = stand-in": r["ft_beam2_fp32"] == r["stand_in_beam2_fp32"],
     }
     if "ft_wrong_eps_fp32" in r:  # FT's GPT reads it, its GPT-NeoX ignores it: the stand-in must agree either way
@@ -262,7 +289,8 @@ def main() -> int:
 
 def verdicts_names() -> list[str]:
     return ["fp32 greedy = transformers", "fp32 greedy = stand-in", "fp16 greedy = stand-in fp16",
-            "repetition penalty = stand-in", "beam 2 = stand-in", "log probs within tolerance",
+            "repetition penalty = stand-in", "repetition penalty changes FT's tokens", "beam 2 = stand-in",
+            "log probs within tolerance",
             "layernorm_eps 0.5: FT = stand-in"]  # fmt: skip
 
 
