@@ -203,12 +203,15 @@ class Run:
 
     def _rollback_step(self, data: Mapping[str, Any]) -> None:
         """Where a failed canary's rollback spends its time: each task's duration from the verdict
-        on, summed by the role it ran in (role canary's own by task: drain, repository files)."""
+        on, summed by the role it ran in and the part of it (the task name's prefix, as in
+        "triton_server gate": a role's validate, configure, service and gate apart); role canary's
+        own by task (drain, repository files)."""
         verdict = self.canaries[data["host"]]
         if verdict["passed"] or "at" not in verdict or "rollback_seconds" in verdict or not data.get("duration"):
             return
         role, task = data.get("role") or "", str(data.get("task") or "")
-        step = task.removeprefix("rollback | ") if role in ("canary", "") else role
+        part = task.split(" | ", 1)[0] if " | " in task else ""
+        step = task.removeprefix("rollback | ") if role in ("canary", "") else f"{role} {part}".strip()
         steps = verdict.setdefault("rollback_steps", {})
         steps[step] = round(steps.get(step, 0.0) + float(data["duration"]), 1)
 

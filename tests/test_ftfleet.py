@@ -395,8 +395,8 @@ def test_a_canarys_verdict_and_rollback_time_come_from_its_events():
 
 
 def test_a_rollback_says_where_its_time_went_by_role():
-    """Each task's duration from the verdict to the rollback's end, summed by the role it ran in
-    (role canary's own tasks by name): what a person cuts the rollback's time by."""
+    """Each task's duration from the verdict to the rollback's end, summed by the role it ran in and
+    its part (role canary's own tasks by name): what a person cuts the rollback's time by."""
     run = Run()
 
     def ok(task: str, role: str, duration: float, msg: str = "") -> dict:
@@ -410,14 +410,17 @@ def test_a_rollback_says_where_its_time_went_by_role():
     for task, role, took in (("rollback | Drain the canary in the load balancers", "canary", 1.24),
                              ("previous | Check out the previous revision", "model_checkpoint", 0.5),
                              ("restore | Flip the link", "ft_convert", 0.3), ("restore | Check", "ft_convert", 0.25),
-                             ("rollout | Restart tritonserver", "triton_server", 4.0),
-                             ("rollout | Wait for /v2/health/ready", "triton_server", 9.06),
+                             ("service | Restart tritonserver", "triton_server", 4.0),
+                             ("gate | Wait for /v2/health/ready", "triton_server", 9.06),
+                             ("gate | Send a smoke inference", "triton_server", 1.5),
+                             ("Include the unit's facts", "triton_server", 0.2),
                              ("Record that the canary serves a judged revision", "canary", 0.1),
-                             ("rollout | Restart the gateway", "gateway", 2.0)):  # fmt: skip
+                             ("service | Restart the gateway", "gateway", 2.0)):  # fmt: skip
         run.handle(ok(task, role, took))
     assert run.canaries["node1"]["rollback_steps"] == {
-        "Drain the canary in the load balancers": 1.2, "model_checkpoint": 0.5, "ft_convert": 0.6,
-        "triton_server": 13.1, "Record that the canary serves a judged revision": 0.1,
+        "Drain the canary in the load balancers": 1.2, "model_checkpoint previous": 0.5, "ft_convert restore": 0.6,
+        "triton_server service": 4.0, "triton_server gate": 10.6, "triton_server": 0.2,
+        "Record that the canary serves a judged revision": 0.1,
     }  # fmt: skip
 
 
