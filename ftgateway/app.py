@@ -99,6 +99,7 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz():
+        gw.follow_checkpoint()
         ok, detail = await gw.backend.ready()
         body = {"status": "ready" if ok else "not ready", "detail": detail}
         return JSONResponse(body, status_code=200 if ok else 503)

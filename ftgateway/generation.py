@@ -143,7 +143,11 @@ class Generation:
         self.backend, self.context_length, self.tokens_counter = backend, context_length, tokens_counter
         # The special tokens' ids (tokens.special_ids): the model may generate them (its end of
         # text, with which FT stops), but their text is no part of an answer.
-        self.hidden = np.array(sorted(hidden), dtype=np.uint32)
+        self.hide(hidden)
+
+    def hide(self, ids: frozenset[int]) -> None:
+        """The ids whose text no answer carries (tokens.special_ids)."""
+        self.hidden = np.array(sorted(ids), dtype=np.uint32)
 
     async def run(self, job: Job, *, whole: bool = False) -> AsyncIterator[tuple[str, Result | None]]:
         """Text deltas as the model produces them; the last item carries the Result. For a whole

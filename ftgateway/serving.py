@@ -4,6 +4,7 @@ behind the routes (settings, keys, limits, metrics, the generation loop and the 
 
 import asyncio
 import dataclasses
+import logging
 import secrets
 import time
 import uuid
@@ -29,7 +30,9 @@ from .protocol import (
 )
 from .sampling import SamplingError, sampling
 from .tokenizing import Tokenizing
-from .tokens import special_ids
+from .tokens import files_fingerprint, special_ids
+
+log = logging.getLogger("uvicorn.error")  # uvicorn's own log: the unit's journal
 
 
 class Gateway:
@@ -43,11 +46,26 @@ class Gateway:
         self.auth = Auth(self.keys, settings.model, self.limiter)
         hidden = special_ids(settings.checkpoint_dir) if settings.checkpoint_dir else frozenset()
         self.generation = Generation(backend, settings.context_length, self.metrics.tokens, hidden)
+        self._checkpoint_files = files_fingerprint(settings.checkpoint_dir) if settings.checkpoint_dir else ()
         try:
             self.chat_template = chat.Template(settings.chat_template, settings.chat_bos_token,
                                                settings.chat_eos_token)  # fmt: skip
         except ValueError as err:
             raise ConfigError(f"setting 'chat_template': {err}") from err
+
+    def follow_checkpoint(self) -> None:
+        """Another revision checked out under checkpoint_dir (a rollout's or a rollback's, with the
+        gateway left running) changes the tokenizer's files: read the special tokens again and
+        verify the local tokenizer again before it tokenizes. Called with every request and health
+        check: a few stat() calls when nothing changed."""
+        if not self.settings.checkpoint_dir:
+            return
+        now = files_fingerprint(self.settings.checkpoint_dir)
+        if now != self._checkpoint_files:
+            self._checkpoint_files = now
+            self.generation.hide(special_ids(self.settings.checkpoint_dir))
+            self.backend.invalidate()
+            log.info("the checkpoint's tokenizer files changed: special tokens read again, tokenizer to verify again")
 
     def fail(self, err: ApiError, route: str) -> JSONResponse:
         return answer_error(self.metrics, err, route)
@@ -64,6 +82,7 @@ class Gateway:
 
     def job(self, body: GenerateRequest) -> Job:
         """What a request asks to generate (its first prompt), or the 400 that says what is wrong."""
+        self.follow_checkpoint()
         if isinstance(body, CompletionRequest):
             if body.model != self.settings.model:
                 raise ApiError(404, f"the model {body.model!r} does not exist here; this gateway serves "

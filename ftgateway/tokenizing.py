@@ -36,6 +36,11 @@ class Tokenizing:
         self._ok = False
         self._verifying = asyncio.Lock()
 
+    def invalidate(self) -> None:
+        """The tokenizer's files changed (another revision checked out): load and verify it again
+        on next use, as after the transport's reset."""
+        self._verified_at = None
+
     async def use_local(self) -> bool:
         """Whether to tokenize in this process; checked on first use and after the transport reset."""
         if not self.tokenizer_dir:

@@ -29,6 +29,25 @@ PROBES = (
 )
 
 
+# The checkpoint's files that the gateway reads for tokenizing and special tokens.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json",
+                   "generation_config.json", "tokenizer.model")  # fmt: skip
+
+
+def files_fingerprint(directory: str | Path) -> tuple:
+    """What TOKENIZER_FILES are in `directory` now (each one's inode, size and modification time):
+    a checkout of another revision that changes any of them changes this."""
+    found = []
+    for name in TOKENIZER_FILES:
+        try:
+            st = (Path(directory) / name).stat()
+        except OSError:
+            found.append((name, None))
+            continue
+        found.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(found)
+
+
 def special_ids(directory: str | Path) -> frozenset[int]:
     """The ids whose text no answer carries (as vLLM's and TGI's skip_special_tokens): the special
     tokens the tokenizer declares (tokenizer.json's added tokens, tokenizer_config.json's

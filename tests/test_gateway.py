@@ -9,6 +9,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -720,6 +721,39 @@ def test_a_tokenizer_unlike_the_models_is_not_used(front, tmp_path, change, reas
     assert not used
     assert why.startswith(reason), why
     assert ids == front.tokenizer.encode(PROMPT)  # from the preprocessing model, as without it
+
+
+def test_a_revision_checked_out_under_a_running_gateway_is_followed(front, tmp_path):
+    """The checkpoint's files change under a running gateway (a rollback checks out the previous
+    revision and keeps the gateway running): its next request reads the special tokens again and
+    verifies its tokenizer again, without a restart. Here generation_config.json comes to name a
+    token of the answer as its pad token: that token's text leaves the answer."""
+    if not front.decoupled:
+        pytest.skip("one tritonserver is enough")
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(front.checkpoint, checkpoint)
+    settings = {"model": MODEL, "triton_grpc": front.triton_grpc, "context_length": 128, "max_tokens_limit": 64,
+                "keys_file": str(front.keys_file), "tokenizer_dir": str(checkpoint),
+                "checkpoint_dir": str(checkpoint)}  # fmt: skip
+    proc, url = _gateway(settings, tmp_path)
+    try:
+        body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 12, "temperature": 0}
+        ask = lambda: httpx.post(url + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"}, json=body,  # noqa: E731
+                                 timeout=60)  # fmt: skip
+        before = ask().json()["choices"][0]["text"]
+        tok, prompt_ids = front.tokenizer, front.tokenizer.encode(PROMPT)
+        new = load(front.shards).generate(prompt_ids, 12, end_id=tok.eos_token_id)
+        assert PROMPT + before == tok.decode(prompt_ids + new)
+        hidden = next(t for t in new if tok.decode([t]).strip())
+        (checkpoint / "generation_config.json").write_text(json.dumps({"pad_token_id": hidden}))
+        after = ask().json()["choices"][0]["text"]
+        assert PROMPT + after == tok.decode(prompt_ids + [t for t in new if t != hidden])
+        assert after != before
+        assert httpx.get(url + "/healthz", timeout=30).status_code == 200
+        assert "files changed" in (tmp_path / next(f.name for f in tmp_path.glob("gateway-*.log"))).read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def _metric(front: Front, line_start: str) -> float:
