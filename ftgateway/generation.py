@@ -45,7 +45,7 @@ class Job:
     banned_ids: tuple[int, ...] = ()  # never generated, as token ids (logit_bias -100)
 
 
-def word_list(words: str | list[str] | None, param: str, most: int) -> list[str]:
+def checked_words(words: str | list[str] | None, param: str, most: int) -> list[str]:
     """Stop or bad words as a list, checked: at most `most`, none empty, none with a comma."""
     found = [words] if isinstance(words, str) else list(words or [])
     if len(found) > most:
@@ -61,7 +61,7 @@ def word_list(words: str | list[str] | None, param: str, most: int) -> list[str]
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
-    return word_list(stop, "stop", 4)  # OpenAI's limit
+    return checked_words(stop, "stop", 4)  # OpenAI's limit
 
 
 BAD_WORDS_MOST = 64
@@ -69,7 +69,7 @@ BAD_WORDS_MOST = 64
 
 def bad_words(words: str | list[str] | None) -> tuple[str, ...]:
     """The bad_words extra (vLLM's name): text the model must never generate (FT's bad_words_list)."""
-    return tuple(word_list(words, "bad_words", BAD_WORDS_MOST))
+    return tuple(checked_words(words, "bad_words", BAD_WORDS_MOST))
 
 
 def banned_ids(logit_bias: dict[str, float] | None) -> tuple[int, ...]:

@@ -102,16 +102,24 @@ def make_checkpoint(shape: str, where: Path) -> tuple:
     return model, weight_bytes, round(time.monotonic() - began, 1)
 
 
-def checkpoint_of(shape: str, where: Path) -> tuple:
-    """make_checkpoint's, or the one an earlier call on this machine made for the shape (loaded to
-    the GPU), so that one shape's lengths can be measured in separate calls."""
+def checkpoint_made(shape: str, where: Path) -> tuple:
+    """The shape's checkpoint on disk: the one an earlier call on this machine made (so that one
+    shape's lengths can be measured in separate calls), or make_checkpoint's; (the model when this
+    call made it, else None; weight bytes; seconds, None when reused)."""
     made = where / "perf-made.json"
     if made.exists() and json.loads(made.read_text())["config"] == SHAPES[shape][1]:
-        model = transformers.AutoModelForCausalLM.from_pretrained(where, torch_dtype=torch.float16).cuda().eval()
-        return model, json.loads(made.read_text())["weight_bytes"], None
+        return None, json.loads(made.read_text())["weight_bytes"], None
     shutil.rmtree(where, ignore_errors=True)
     model, weight_bytes, seconds = make_checkpoint(shape, where)
     made.write_text(json.dumps({"config": SHAPES[shape][1], "weight_bytes": weight_bytes, "seconds": seconds}))
+    return model, weight_bytes, seconds
+
+
+def checkpoint_of(shape: str, where: Path) -> tuple:
+    """checkpoint_made's, with the model on the GPU either way (loaded when reused)."""
+    model, weight_bytes, seconds = checkpoint_made(shape, where)
+    if model is None:
+        model = transformers.AutoModelForCausalLM.from_pretrained(where, torch_dtype=torch.float16).cuda().eval()
     return model, weight_bytes, seconds
 
 
@@ -247,11 +255,17 @@ def measure(args, grpc: str, gateway_url: str, model: str, *, prompt: tuple[str,
         for call in layers.values():
             call.close()
     for levels in found.values():
-        for level in levels:
-            if level["requests_per_s"]:
-                level["output_tokens_per_s"] = round(level["requests_per_s"] * tokens, 1)
+        with_output_tokens(levels, tokens)
     return {"prompt_tokens": len(ids), "output_tokens": tokens, "layers": found,
             "ft_new_tokens": {"min": min(generated, default=None), "max": max(generated, default=None)}}  # fmt: skip
+
+
+def with_output_tokens(levels: list[dict], tokens: int) -> list[dict]:
+    """Each measured level's output tokens/s (every answer has `tokens`: greedy never ends early)."""
+    for level in levels:
+        if level["requests_per_s"]:
+            level["output_tokens_per_s"] = round(level["requests_per_s"] * tokens, 1)
+    return levels
 
 
 def converted_repo(args, shape: str, reused: bool) -> tuple[Path, dict]:
@@ -353,9 +367,10 @@ def sweep_shape(args, shape: str, work: Path) -> dict:
 
     family, kwargs = SHAPES[shape]
     ckpt = Path(str(args.device_root)) / "ckpt" / family
-    model, weight_bytes, made_s = checkpoint_of(shape, ckpt)
-    del model
-    torch.cuda.empty_cache()
+    model, weight_bytes, made_s = checkpoint_made(shape, ckpt)  # the served shards only: no model loaded
+    if model is not None:
+        del model
+        torch.cuda.empty_cache()
     tokenizer = transformers.AutoTokenizer.from_pretrained(ckpt)
     repo, record = converted_repo(args, shape, made_s is None)
     prompts = {lengths: prompt_of(tokenizer, lengths[0], seed=lengths[0]) for lengths in args.lengths}
@@ -389,9 +404,7 @@ def sweep_shape(args, shape: str, work: Path) -> dict:
                     levels = bench.run_levels({name: call}, args.concurrency, requests=8, rounds=1)[name]
                 finally:
                     call.close()
-                for level in levels:
-                    if level["requests_per_s"]:
-                        level["output_tokens_per_s"] = round(level["requests_per_s"] * tokens, 1)
+                with_output_tokens(levels, tokens)
                 found["lengths"][f"{prompt_len}/{tokens}"] = {
                     "levels": levels, "ft_new_tokens": {"min": min(generated, default=None),
                                                         "max": max(generated, default=None)}}  # fmt: skip
