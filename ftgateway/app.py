@@ -1,5 +1,5 @@
 """The HTTP API: OpenAI's /v1/completions, /v1/chat/completions and /v1/models, a simpler
-/generate, /healthz and /metrics: the routes and their wiring. What a request may ask is
+/generate, /healthz (and /health) and /metrics: the routes and their wiring. What a request may ask is
 protocol.py's, how it is served serving.py's, what stands around every route middleware.py's."""
 
 import time
@@ -97,7 +97,10 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
         model = {"id": settings.model, "object": "model", "created": gw.started, "owned_by": "ftfleet"}
         return {"object": "list", "data": [model]}
 
+    # /health too: the name vLLM, TGI and Triton's own OpenAI frontend answer on, which standard
+    # benchmarks (GuideLLM) ask before they start.
     @app.get("/healthz")
+    @app.get("/health")
     async def healthz():
         gw.follow_checkpoint()
         ok, detail = await gw.backend.ready()

@@ -56,8 +56,13 @@ class ChatRequest(BaseModel):
     frequency_penalty: Number = 0
     logit_bias: Optional[dict[str, Number]] = None  # -100 bans a token (FT's bad words); other values refused
     bad_words: Union[StrictStr, list[StrictStr], None] = None  # vLLM's extra: FT's bad_words_list
+    min_tokens: StrictInt = Field(0, ge=0)  # vLLM's extras: FT's min_length (protocol.GenerateRequest)
+    ignore_eos: StrictBool = False
     user: Optional[StrictStr] = None
 
+
+# OpenAI's include_usage, and vLLM's continuous_usage_stats (with it: the usage so far in every chunk).
+STREAM_OPTIONS = {"include_usage", "continuous_usage_stats"}
 
 REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
     ("messages", lambda r: not r.messages, "messages is empty: send at least one message"),
@@ -68,8 +73,8 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
      "logprobs are served by /v1/completions (FT's output_log_probs), not yet in chat's shape"),
     ("stream_options", lambda r: r.stream_options is not None and not r.stream,
      "stream_options is only allowed with stream true"),
-    ("stream_options", lambda r: bool(set(r.stream_options or {}) - {"include_usage"}),
-     "stream_options takes only include_usage"),
+    ("stream_options", lambda r: bool(set(r.stream_options or {}) - STREAM_OPTIONS),
+     "stream_options takes only include_usage and continuous_usage_stats (vLLM's: the usage so far in every chunk)"),
     ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
 ]  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from prometheus_client import Counter
@@ -26,6 +27,13 @@ class Result:
     completion_tokens: int
     finish_reason: str
     logprobs: dict[str, list] | None = None  # OpenAI's choice.logprobs, when asked
+
+
+class Count(NamedTuple):
+    """The tokens of one generation so far: its prompt's and its completion's."""
+
+    prompt: int
+    completion: int
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,21 @@ def stop_list(stop: str | list[str] | None) -> list[str]:
 
 
 BAD_WORDS_MOST = 64
+
+
+def min_length(min_tokens: int, ignore_eos: bool, max_tokens: int, beams: int) -> int:
+    """vLLM's min_tokens and ignore_eos as FT's min_length (0: none). FT masks the end id's logit
+    while the token being chosen is numbered below min_length (batchApplyMinLengthPenalty, after
+    the temperature and the repetition penalty), so the first min_tokens tokens are never the end
+    of text with min_length = min_tokens + 1, and none of max_tokens with max_tokens + 1. Only the
+    sampling layers read it per request; beam search (best_of or n above 1) is refused."""
+    if min_tokens > max_tokens:
+        raise ApiError(400, f"min_tokens {min_tokens} is over max_tokens {max_tokens}", param="min_tokens")
+    wanted = max_tokens if ignore_eos else min_tokens
+    if wanted and beams > 1:
+        raise ApiError(400, "min_tokens and ignore_eos apply to sampling and greedy decoding, not to FT's beam "
+                       "search (best_of or n above 1)", param="ignore_eos" if ignore_eos else "min_tokens")  # fmt: skip
+    return wanted + 1 if wanted else 0
 
 
 def bad_words(words: str | list[str] | None) -> tuple[str, ...]:
@@ -149,17 +172,18 @@ class Generation:
         """The ids whose text no answer carries (tokens.special_ids)."""
         self.hidden = np.array(sorted(ids), dtype=np.uint32)
 
-    async def run(self, job: Job, *, whole: bool = False) -> AsyncIterator[tuple[str, Result | None]]:
-        """Text deltas as the model produces them; the last item carries the Result. For a whole
-        answer without stop sequences (`whole`) only the last step is decoded: one postprocessing
-        call instead of one per step of a decoupled model."""
+    async def run(self, job: Job, *, whole: bool = False) -> AsyncIterator[tuple[str, Result | None, Count]]:
+        """Text deltas as the model produces them, each with the tokens counted so far (the
+        prompt's, the completion's: vLLM's continuous usage); the last item carries the Result.
+        For a whole answer without stop sequences (`whole`) only the last step is decoded: one
+        postprocessing call instead of one per step of a decoupled model."""
         params, stops = job.params, job.stops
         last_only = whole and not stops
         with upstream():
             tokens = await self._tokens(job)
             echo = job.prompt if job.echo else ""
             if echo:
-                yield echo, None
+                yield echo, None, Count(tokens.count, 0)
             sent, text, length, stopped = 0, "", tokens.count, False
             hold, last, so_far = max((len(s) for s in stops), default=1) - 1, None, TextSoFar(tokens.count)
             async for step in self.backend.generate(tokens, job.max_tokens, params):
@@ -170,7 +194,7 @@ class Generation:
                 # Send what can no longer change: not a possible stop's start.
                 safe = len(text) if stopped else max(sent, len(text) - hold)
                 if safe > sent:
-                    yield text[sent:safe], None
+                    yield text[sent:safe], None, Count(tokens.count, length - tokens.count)
                     sent = safe
                 if stopped:
                     break
@@ -182,10 +206,10 @@ class Generation:
         completion = length - tokens.count
         self.tokens_counter.labels("out").inc(completion)
         if len(text) > sent:
-            yield text[sent:], None
+            yield text[sent:], None, Count(tokens.count, completion)
         finish = "stop" if stopped or completion < job.max_tokens else "length"
         yield "", Result(text=echo + text, prompt_tokens=tokens.count, completion_tokens=completion,
-                         finish_reason=finish, logprobs=logprobs)  # fmt: skip
+                         finish_reason=finish, logprobs=logprobs), Count(tokens.count, completion)  # fmt: skip
 
     async def _tokens(self, job: Job) -> Tokens:
         """The prompt's tokens, or the 400 when prompt and max_tokens exceed the context."""
@@ -276,7 +300,7 @@ class Generation:
 
     async def result(self, job: Job) -> Result:
         result = None
-        async for _delta, last in self.run(job, whole=True):
+        async for _delta, last, _count in self.run(job, whole=True):
             result = last
         assert result is not None  # run() ends with its Result
         return result

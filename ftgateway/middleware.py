@@ -116,7 +116,7 @@ class BodyLimitAndCounts:
                 too_large = ApiError(413, f"the request body is over {self.limit} bytes", code="request_too_large")
                 await answer_error(self.metrics, too_large, route)(scope, _no_body, send)
                 return
-        if route in ("/metrics", "/healthz"):
+        if route in ("/metrics", "/healthz", "/health"):
             await self.app(scope, receive, send)
             return
         status = "500"

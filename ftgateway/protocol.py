@@ -37,6 +37,11 @@ class GenerateRequest(BaseModel):
     # with -100 (the one bias FT can apply: generation.banned_ids).
     bad_words: Union[StrictStr, list[StrictStr], None] = None
     logit_bias: Optional[dict[str, Number]] = None
+    # vLLM's extras, which benchmarks (GuideLLM) send to get answers of exactly max_tokens: the
+    # end of text is never generated before min_tokens tokens, or at all with ignore_eos (FT's
+    # min_length: generation.min_length).
+    min_tokens: StrictInt = Field(0, ge=0)
+    ignore_eos: StrictBool = False
 
 
 class CompletionRequest(GenerateRequest):
@@ -80,8 +85,8 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
      "cannot be combined with echo"),
     ("stream_options", lambda r: r.stream_options is not None and not r.stream,
      "stream_options is only allowed with stream true"),
-    ("stream_options", lambda r: bool(set(r.stream_options or {}) - {"include_usage"}),
-     "stream_options takes only include_usage"),
+    ("stream_options", lambda r: bool(set(r.stream_options or {}) - chat.STREAM_OPTIONS),
+     "stream_options takes only include_usage and continuous_usage_stats (vLLM's: the usage so far in every chunk)"),
     ("suffix", lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
     ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),

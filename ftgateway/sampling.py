@@ -31,6 +31,7 @@ class Sampling:
     random_seed: int
     repetition_penalty: float = 1.0
     log_probs: bool = False  # FT's is_return_log_probs
+    min_length: int = 0  # FT's min_length: the end id is masked below it (0: none; generation.min_length)
 
 
 def sampling(
@@ -42,6 +43,7 @@ def sampling(
     *,
     repetition_penalty: float = 1.0,
     log_probs: bool = False,
+    min_length: int = 0,
 ) -> Sampling:
     """OpenAI's parameters -> FT's.
 
@@ -70,9 +72,10 @@ def sampling(
     if temperature == 0:
         return Sampling(runtime_top_k=0 if log_probs else 1, runtime_top_p=GREEDY_TOP_P if log_probs else 0.0,
                         temperature=1.0, random_seed=seed or 0, repetition_penalty=float(repetition_penalty),
-                        log_probs=log_probs)  # fmt: skip
+                        log_probs=log_probs, min_length=min_length)  # fmt: skip
     if top_k == 0 and top_p == 0.0:
         raise SamplingError("top_p", "top_p 0 with top_k 0 would be greedy decoding in FT: use temperature 0 for that")
     return Sampling(runtime_top_k=top_k, runtime_top_p=float(top_p), temperature=float(temperature),
                     random_seed=fallback_seed if seed is None else seed,
-                    repetition_penalty=float(repetition_penalty), log_probs=log_probs)  # fmt: skip
+                    repetition_penalty=float(repetition_penalty), log_probs=log_probs,
+                    min_length=min_length)  # fmt: skip

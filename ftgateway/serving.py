@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from . import chat
 from .config import ConfigError, Keys, Settings
 from .errors import ApiError
-from .generation import Generation, Job, Result, bad_words, banned_ids, stop_list
+from .generation import Count, Generation, Job, Result, bad_words, banned_ids, min_length, stop_list
 from .middleware import Auth, Metrics, RateLimiter, answer_error
 from .protocol import (
     BUFFERED,
@@ -94,16 +94,17 @@ class Gateway:
         if body.max_tokens > self.settings.max_tokens_limit:
             raise ApiError(400, f"max_tokens {body.max_tokens} is over this gateway's limit of "
                            f"{self.settings.max_tokens_limit}", param="max_tokens")  # fmt: skip
+        n, best_of = getattr(body, "n", 1), getattr(body, "best_of", None)
+        least = min_length(body.min_tokens, body.ignore_eos, body.max_tokens, best_of or n)
         try:
             params = sampling(float(body.temperature), body.top_k, float(body.top_p), body.seed,
                               fallback_seed=secrets.randbits(63), repetition_penalty=float(body.repetition_penalty),
-                              log_probs=getattr(body, "logprobs", None) is not None)  # fmt: skip
+                              log_probs=getattr(body, "logprobs", None) is not None, min_length=least)  # fmt: skip
         except SamplingError as err:
             raise ApiError(400, str(err), param=err.param) from err
         prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
         if not prompt:
             raise ApiError(400, "the prompt is empty", param="prompt")
-        n, best_of = getattr(body, "n", 1), getattr(body, "best_of", None)
         length_penalty = getattr(body, "length_penalty", None)  # None: the guides' 1.0
         return Job(prompt=prompt, max_tokens=body.max_tokens, params=params, stops=stop_list(body.stop),
                    echo=getattr(body, "echo", False), logprobs=getattr(body, "logprobs", None), n=n,
@@ -123,20 +124,33 @@ class Gateway:
         return GenerateRequest(prompt=prompt, max_tokens=chat.max_tokens(body), temperature=body.temperature,
                                top_k=body.top_k, top_p=body.top_p, stop=body.stop, seed=body.seed,
                                repetition_penalty=body.repetition_penalty, bad_words=body.bad_words,
-                               logit_bias=body.logit_bias)  # fmt: skip
+                               logit_bias=body.logit_bias, min_tokens=body.min_tokens,
+                               ignore_eos=body.ignore_eos)  # fmt: skip
 
-    def stream(self, body: AnyRequest, items: AsyncIterator[tuple[int, str, Optional[Result]]], count: int,
+    def stream(self, body: AnyRequest, items: AsyncIterator[tuple[int, str, Optional[Result], Count]], count: int,
                decoupled: bool, began: float):  # fmt: skip
         """Server-sent events in OpenAI's chunk shape (completions' or chat's), then [DONE], from
-        `items`: (choice index, text delta, the Result with a choice's last item) of `count`
-        choices, their first items already awaited (merged() makes them of several generations).
-        With stream_options.include_usage, as OpenAI specifies it: every chunk carries "usage":
-        null, and one more chunk before [DONE] has no choices and the usage of every choice."""
+        `items`: (choice index, text delta, the Result with a choice's last item, the tokens so
+        far) of `count` choices, their first items already awaited (merged() makes them of several
+        generations). With stream_options.include_usage, as OpenAI specifies it: every chunk
+        carries "usage": null, and one more chunk before [DONE] has no choices and the usage of
+        every choice; with continuous_usage_stats too (vLLM's extra, which GuideLLM asks), every
+        chunk carries the usage so far of every choice instead of null."""
         chatting = isinstance(body, chat.ChatRequest)
         route = "/v1/chat/completions" if chatting else "/v1/completions"
         ident, created = f"{'chatcmpl' if chatting else 'cmpl'}-{uuid.uuid4().hex}", int(time.time())
-        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        options = body.stream_options or {}
+        include_usage = bool(options.get("include_usage"))
+        continuous = include_usage and bool(options.get("continuous_usage_stats"))
         extra = ({} if decoupled else {"ftfleet_streaming": BUFFERED}) | ({"usage": None} if include_usage else {})
+        counts = [Count(0, 0)] * count  # each choice's tokens so far
+
+        def so_far() -> dict[str, Any]:
+            if not continuous:
+                return extra
+            prompt, completion = sum(c.prompt for c in counts), sum(c.completion for c in counts)
+            return {**extra, "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                       "total_tokens": prompt + completion}}  # fmt: skip
 
         def piece(index: int, text: str, finish: Optional[str], **more: Any) -> dict[str, Any]:
             if chatting:
@@ -150,8 +164,8 @@ class Gateway:
                 yield sse_event(chat.chunk(ident, created, self.settings.model, {"role": "assistant", "content": ""},
                                         None, **extra))  # fmt: skip
             try:
-                async for index, new, result in items:
-                    delta = new
+                async for index, new, result, tokens in items:
+                    counts[index], delta = tokens, new
                     if not decoupled:  # buffered: all of a choice's text in one chunk (run() may yield
                         held[index] += new  # a trailing partial character apart), then its end
                         delta = held[index] if result is not None else ""
@@ -159,9 +173,9 @@ class Gateway:
                         if not seen_text:
                             self.metrics.first_token.observe(time.monotonic() - began)
                             seen_text = True
-                        yield sse_event(piece(index, delta, None, **extra))
+                        yield sse_event(piece(index, delta, None, **so_far()))
                     if result is not None:
-                        yield sse_event(piece(index, "", result.finish_reason, **extra))
+                        yield sse_event(piece(index, "", result.finish_reason, **so_far()))
                         results.append(result)
                 if include_usage:
                     yield sse_event({**piece(0, "", None), "choices": [], "usage": usage(*results)})
@@ -201,8 +215,8 @@ async def all_of(calls: list[Awaitable[T]]) -> list[T]:
         raise
 
 
-async def merged(runs: list[AsyncIterator[tuple[str, Optional[Result]]]]) -> AsyncIterator:
-    """Several generations' items as one stream of (index, delta, result): each run's items in
+async def merged(runs: list[AsyncIterator[tuple[str, Optional[Result], Count]]]) -> AsyncIterator:
+    """Several generations' items as one stream of (index, delta, result, count): each run's items in
     their order, the runs interleaved as their items come. Each run's first item is awaited before
     this returns, so that an error before any text is still a plain HTTP error."""
 
@@ -222,16 +236,16 @@ async def merged(runs: list[AsyncIterator[tuple[str, Optional[Result]]]]) -> Asy
     async def items():
         pending: dict[asyncio.Future, int] = {}
         try:
-            for index, (delta, result) in enumerate(firsts):
-                yield index, delta, result
+            for index, (delta, result, count) in enumerate(firsts):
+                yield index, delta, result, count
                 if result is None:
                     pending[asyncio.ensure_future(runs[index].__anext__())] = index
             while pending:
                 done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     index = pending.pop(task)
-                    delta, result = task.result()
-                    yield index, delta, result
+                    delta, result, count = task.result()
+                    yield index, delta, result, count
                     if result is None:
                         pending[asyncio.ensure_future(runs[index].__anext__())] = index
         finally:

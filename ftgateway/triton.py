@@ -165,6 +165,8 @@ class Triton:
             inputs.append(_tensor("is_return_log_probs", one(True, np.bool_), "BOOL"))
         if params.repetition_penalty != 1.0:
             inputs.append(_tensor("repetition_penalty", one(params.repetition_penalty, np.float32), "FP32"))
+        if params.min_length:
+            inputs.append(_tensor("min_length", one(params.min_length, np.int32), "INT32"))
         if tokens.stop_ids is not None:
             inputs.append(_tensor("stop_words_list", tokens.stop_ids, "INT32"))
         if tokens.bad_ids is not None:

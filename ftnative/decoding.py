@@ -45,6 +45,7 @@ class Decoding:
         top_p_decay: float | None = None,
         top_p_min: float | None = None,
         top_p_reset_id: int | None = None,
+        min_length: int = 0,
     ) -> Iterator[Step]:
         """One token at a time with its log probabilities, as FT's DynamicDecodeLayer (beam width 1)
         decodes it. Per step: bad words banned (invokeBanBadWords: a word's last token when the
@@ -58,6 +59,8 @@ class Decoding:
           whose cumulative probability reaches u * top_p; both log probabilities are the full one;
           after the step top_p becomes max(top_p * top_p_decay, top_p_min), or its first value
           again when the token is top_p_reset_id (computeToppDecay).
+        While the token being chosen is numbered below min_length (1 for the first), end_id cannot
+        be chosen: its logit is masked after the penalties (batchApplyMinLengthPenalty).
         u comes from numpy's generator seeded with `seed`: reproducible, not curand's stream."""
         rng = np.random.default_rng(seed)
         k, p = top_k, top_p
@@ -70,7 +73,8 @@ class Decoding:
         stops = [s for s in (stop or []) if s]
         banned = [w for w in (bad or []) if w]
         for new in range(1, max_new_tokens + 1):
-            logprobs = self._log_probs(sequence, banned, temperature, repetition_penalty)
+            masked = end_id if end_id is not None and new < min_length else None
+            logprobs = self._log_probs(sequence, banned, temperature, repetition_penalty, masked)
             order = np.argsort(-logprobs, kind="stable")
             if k > 0:
                 order = order[:k]
@@ -93,10 +97,12 @@ class Decoding:
             if any(new >= len(s) and sequence[-len(s) :] == s for s in stops):
                 return
 
-    def _log_probs(self, sequence: list[int], banned: list[list[int]], temperature: float, penalty: float):
+    def _log_probs(self, sequence: list[int], banned: list[list[int]], temperature: float, penalty: float,
+                   masked: int | None = None):  # fmt: skip
         """The next token's log probabilities after FT's processing of the logits: bad words
         banned (DynamicDecodeLayer), then the temperature and the repetition penalty (the sampling
-        and beam-search layers alike), then the full softmax."""
+        and beam-search layers alike), then the end id `masked` below min_length (the sampling
+        layers), then the full softmax."""
         logits = self.logits(sequence).astype(np.float64)
         for word in banned:
             prefix = word[:-1]
@@ -108,6 +114,8 @@ class Decoding:
             seen = np.unique(np.asarray(sequence, dtype=np.int64))
             values = logits[seen]
             logits[seen] = np.where(values < 0, values * penalty, values / penalty)
+        if masked is not None:
+            logits[masked] = -np.inf
         logprobs = logits - logits.max()
         return logprobs - np.log(np.exp(logprobs).sum())
 

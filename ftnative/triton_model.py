@@ -78,6 +78,8 @@ class TritonPythonModel:
         if beam_width < 1:
             raise ValueError(f"beam_width {beam_width}: must be at least 1")
         if beam_width > 1:  # beam search: top_k, top_p and the seed do not apply (DynamicDecodeLayer)
+            if _scalar(request, "min_length", 0, int):
+                raise ValueError("min_length with beam search is not modelled by the CPU stand-in")
             penalty = _scalar(request, "len_penalty", 0.0, float)
             diversity = _scalar(request, "beam_search_diversity_rate", 0.0, float)
             return beam_width, {**common, "len_penalty": penalty, "diversity_rate": diversity}
@@ -89,6 +91,7 @@ class TritonPythonModel:
             "top_p_decay": _scalar(request, "top_p_decay", None, float),
             "top_p_min": _scalar(request, "top_p_min", None, float),
             "top_p_reset_id": _scalar(request, "top_p_reset_ids", None, int),
+            "min_length": _scalar(request, "min_length", 0, int),
         }
 
     def _decode(self, row, beam_width, sampling):

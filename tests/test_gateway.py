@@ -169,6 +169,48 @@ def test_sampling_parameters_reach_the_model(front):
     assert others != {greedy}
 
 
+def test_ignore_eos_and_min_tokens_hold_the_end_of_text_back_and_usage_can_come_with_every_chunk(front):
+    """vLLM's extras that GuideLLM sends with every request: ignore_eos and min_tokens become FT's
+    min_length (the end id masked below it), so an answer that sampling ends early runs to
+    max_tokens, or at least to min_tokens, each equal to the stand-in's own decoding with that
+    min_length; stream_options.continuous_usage_stats puts the usage so far in every chunk."""
+    model, ids, eos = load(front.shards), front.tokenizer.encode(PROMPT), front.tokenizer.eos_token_id
+    sampled = {"temperature": 2.0, "top_k": 0, "top_p": 1.0}
+    decode = lambda seed, **more: model.generate(ids, 20, end_id=eos, seed=seed, **sampled, **more)  # noqa: E731
+    seed = next(s for s in range(1000) if 2 < len(decode(s)) < 20 and decode(s)[-1] == eos)
+    ended = decode(seed)
+    plain = front.complete(max_tokens=20, seed=seed, **sampled)
+    assert plain["choices"][0]["finish_reason"] == "stop", plain
+    assert plain["usage"]["completion_tokens"] < 20, plain
+
+    held = front.complete(max_tokens=20, seed=seed, ignore_eos=True, **sampled)
+    assert held["choices"][0]["finish_reason"] == "length", held
+    assert held["usage"]["completion_tokens"] == 20, held
+    assert PROMPT + held["choices"][0]["text"] == front.tokenizer.decode(ids + decode(seed, min_length=21))
+    least = len(ended) + 2  # past where sampling ended it
+    atleast = front.complete(max_tokens=20, seed=seed, min_tokens=least, **sampled)
+    assert atleast["usage"]["completion_tokens"] >= least, atleast
+    expected = [t for t in decode(seed, min_length=least + 1) if t != eos]
+    assert PROMPT + atleast["choices"][0]["text"] == front.tokenizer.decode(ids + expected)
+
+    over = front.post("/v1/completions", {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "min_tokens": 5})
+    assert (over.status_code, over.json()["error"]["param"]) == (400, "min_tokens"), over.text
+    beams = front.post("/v1/completions", {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0,
+                                           "best_of": 2, "ignore_eos": True})  # fmt: skip
+    assert (beams.status_code, beams.json()["error"]["param"]) == (400, "ignore_eos"), beams.text
+
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    _, chunks = front.stream(max_tokens=12, seed=seed, ignore_eos=True, stream_options=options, **sampled)
+    counted = [c["usage"] for c in chunks if c["choices"]]
+    assert all(u["prompt_tokens"] == len(ids) for u in counted), counted
+    made = [u["completion_tokens"] for u in counted]
+    assert made == sorted(made) and 0 < made[-1] == 12, made
+    assert chunks[-1]["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 12, "total_tokens": len(ids) + 12}
+    wrong = front.post("/v1/completions", {"model": MODEL, "prompt": PROMPT, "stream": True,
+                                           "stream_options": {"include_usage": True, "per_token": True}})  # fmt: skip
+    assert (wrong.status_code, wrong.json()["error"]["param"]) == (400, "stream_options"), wrong.text
+
+
 def test_repetition_penalty_reaches_the_model(front):
     """FT's repetition_penalty as an extra parameter (as vLLM and TGI accept it): the greedy
     completion equals the stand-in's own decoding with that penalty, and differs without it.
@@ -510,6 +552,7 @@ def test_keys_are_required_and_rate_limited(front):
     listed = httpx.get(front.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
     assert [m["id"] for m in listed.json()["data"]] == [MODEL]
     assert httpx.get(front.url + "/healthz", timeout=10).json()["status"] == "ready"  # no key needed
+    assert httpx.get(front.url + "/health", timeout=10).json()["status"] == "ready"  # vLLM's name (GuideLLM asks it)
     answers = [front.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1}, key=SLOW_KEY)
                for _ in range(4)]  # fmt: skip
     assert [a.status_code for a in answers] == [200, 200, 200, 429]

@@ -20,6 +20,10 @@ _SAMPLING = [
     ("is_return_log_probs", "BOOL"), ("beam_width", "UINT32"), ("start_id", "UINT32"), ("end_id", "UINT32"),
     ("prompt_learning_task_name_ids", "UINT32"), ("top_p_decay", "FP32"), ("top_p_min", "FP32"),
     ("top_p_reset_ids", "UINT32"),
+    # Not in upstream's configs, read by FT's sampling layers all the same (BaseSamplingLayer's
+    # runtime argument, an int: the end id is masked while fewer tokens are generated): the
+    # gateway's min_tokens and ignore_eos (vLLM's extras).
+    ("min_length", "INT32"),
 ]  # fmt: skip
 # GPT and BLOOM (ParallelGpt): p-tuning prompts per request, and the context's embeddings.
 _PROMPT_TUNING = [

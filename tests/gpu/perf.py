@@ -30,6 +30,10 @@ VARIANTS: dynamic batching off, its queue delay, max_batch_size, gemm_config.in 
 --gemm): for each, the shape's fastertransformer model alone (no ensemble) is served with that
 config.pbtxt and working directory and measured straight over gRPC at each length and concurrency
 (the gateway adds the same on every variant); writes perf-sweep-<shape>.json.
+
+--guidellm VENV measures the gateway with GuideLLM as well (tests/gpu/guidellm_run.py: synthetic
+prompts of each length, ignore_eos, one run per concurrency), after the project's bench, into the
+shape's "guidellm" key.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import guidellm_run  # noqa: E402 - GuideLLM, the standard benchmark, through the gateway (--guidellm)
 import stack  # noqa: E402 - the real stack's servers (tritonserver, the gateway)
 
 torch, transformers, ROOT = stack.torch, stack.transformers, stack.ROOT
@@ -315,6 +320,20 @@ def measure_shape(args, shape: str, work: Path) -> dict:
                 result["stack"][f"{prompt_len}/{tokens}"] = measure(
                     args, grpc, gateway_url.removesuffix("/v1"), family, prompt=prompt, tokens=tokens
                 )
+            if args.guidellm:  # the standard tool through the same gateway, after the project's bench
+                result["guidellm"] = {
+                    f"{prompt_len}/{tokens}": guidellm_run.run(
+                        args.guidellm,
+                        target=gateway_url.removesuffix("/v1"),
+                        model=family,
+                        tokenizer=ckpt,
+                        prompt_tokens=prompt_len,
+                        output_tokens=tokens,
+                        concurrency=args.concurrency,
+                        work=work,
+                    )
+                    for prompt_len, tokens in args.lengths
+                }
     return result
 
 
@@ -428,6 +447,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--sweep", default="", help=f"variants, comma-separated: {', '.join(VARIANTS)}")
     parser.add_argument("--gemm", type=Path, default=None, help="gpt_gemm (the gemm-tuned variant)")
+    parser.add_argument(
+        "--guidellm",
+        type=Path,
+        default=None,
+        help="a virtualenv with guidellm: it measures the gateway too, at each length and concurrency",
+    )
     args = parser.parse_args()
     unknown = set(args.shapes.split(",")) - set(SHAPES)
     if unknown:
