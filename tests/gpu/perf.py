@@ -33,7 +33,8 @@ config.pbtxt and working directory and measured straight over gRPC at each lengt
 
 --guidellm VENV measures the gateway with GuideLLM as well (tests/gpu/guidellm_run.py: synthetic
 prompts of each length, ignore_eos, one run per concurrency), after the project's bench, into the
-shape's "guidellm" key.
+shape's "guidellm" key; with --guidellm-only, GuideLLM alone (the project's bench and
+transformers' baseline left out: their figures are the earlier runs').
 """
 
 from __future__ import annotations
@@ -305,7 +306,8 @@ def measure_shape(args, shape: str, work: Path) -> dict:
     print(json.dumps({k: v for k, v in result.items() if k not in ("transformers", "stack")}), flush=True)
     prompts = {lengths: prompt_of(tokenizer, lengths[0], seed=lengths[0]) for lengths in args.lengths}
     for (prompt_len, tokens), (_text, ids) in prompts.items():
-        result["transformers"][f"{prompt_len}/{tokens}"] = baseline(model, ids, tokens, args.concurrency)
+        if not args.guidellm_only:
+            result["transformers"][f"{prompt_len}/{tokens}"] = baseline(model, ids, tokens, args.concurrency)
     del model
     torch.cuda.empty_cache()
     repo, result["convert"] = converted_repo(args, shape, reused)
@@ -317,6 +319,8 @@ def measure_shape(args, shape: str, work: Path) -> dict:
                     "request_timeout_s": 600.0}  # fmt: skip
         with stack.gateway(args, target, local=True, **settings) as (gateway_url, _glog):
             for (prompt_len, tokens), prompt in prompts.items():
+                if args.guidellm_only:
+                    break
                 result["stack"][f"{prompt_len}/{tokens}"] = measure(
                     args, grpc, gateway_url.removesuffix("/v1"), family, prompt=prompt, tokens=tokens
                 )
@@ -453,7 +457,14 @@ def main() -> int:
         default=None,
         help="a virtualenv with guidellm: it measures the gateway too, at each length and concurrency",
     )
+    parser.add_argument(
+        "--guidellm-only",
+        action="store_true",
+        help="with --guidellm: GuideLLM alone (no transformers baseline, none of the project's bench)",
+    )
     args = parser.parse_args()
+    if args.guidellm_only and not args.guidellm:
+        parser.error("--guidellm-only needs --guidellm VENV")
     unknown = set(args.shapes.split(",")) - set(SHAPES)
     if unknown:
         parser.error(f"--shapes: unknown {sorted(unknown)}; known: {', '.join(SHAPES)}")
