@@ -101,6 +101,8 @@ def summary(report: dict) -> list[dict]:
             "output_tokens_per_s": _round(successful("output_tokens_per_second").get("mean")),
             "time_to_first_token_ms": _stats(successful("time_to_first_token_ms")),
             "inter_token_latency_ms": _stats(successful("inter_token_latency_ms")),
+            "time_per_output_token_ms": _stats(successful("time_per_output_token_ms")),
+            "chunks": _stats(successful("request_streaming_iterations_count")),
             "request_latency_s": _stats(successful("request_latency")),
             "output_tokens": _stats(successful("output_token_count")),
         })  # fmt: skip
