@@ -7,7 +7,9 @@ generate() in one process on the same machine.
     ftfleet bench                      # the lab (make lab first); make bench does both
     ftfleet bench --front http://lb-01:8090 --gateway http://gpu-a100-01:8080 \\
         --gateways http://gpu-a100-01:8080,http://gpu-a100-02:8080 \\
-        --triton-grpc gpu-a100-01:8001 --key "$KEY" --model kogpt --no-baseline
+        --triton-grpc 127.0.0.1:18001 --key "$KEY" --model kogpt --no-baseline
+                                       # after ssh -N -L 18001:127.0.0.1:8001 gpu-a100-01 (tritonserver
+                                       # listens on loopback behind the gateway: docs/operations.md)
 
 Every request streams (stream: true, greedy, the same prompt and max_tokens), so the first text
 chunk gives the time to the first token, the mean time between text chunks the inter-token
