@@ -417,8 +417,13 @@ def a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_wh
         time.sleep(3)
         # The stages a model's settings touch (docs/operations.md: --tags STAGE); preflight always
         # runs. The change is tiny-gpt2's: its group and the load balancer (extra vars reach every host).
-        done, took = ftfleet("apply", "-t", "models,serve", "-l", "lab_tiny:lb_hosts",
-                             "-e", '{"triton_model_repo_max_batch_size": 32}')  # fmt: skip
+        # What this checks is the rollout (no request dropped, each host changed as it must), not
+        # the canary's latency judgement: on this 2-core machine beside the other lane, a canary
+        # just restarted measured a p95 of 0.085 s against the other host's 0.049 s (1.74 > the
+        # fleet's 1.5: the CI run of 09f3235), so the ratio here is lenient. scripts/lab-canary's
+        # repo case judges it at 1.5, and the verdict's arithmetic has its unit tests.
+        change = {"triton_model_repo_max_batch_size": 32, "fleet_canary_max_p95_ratio": 4}
+        done, took = ftfleet("apply", "-t", "models,serve", "-l", "lab_tiny:lb_hosts", "-e", json.dumps(change))
         assert done.returncode == 0, done.stdout[-6000:]
         time.sleep(3)
     finally:
