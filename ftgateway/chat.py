@@ -61,8 +61,15 @@ class ChatRequest(BaseModel):
     user: Optional[StrictStr] = None
 
 
-# OpenAI's include_usage, and vLLM's continuous_usage_stats (with it: the usage so far in every chunk).
+# OpenAI's include_usage, and vLLM's continuous_usage_stats (with it: the usage so far in every
+# chunk): refused alike by chat and completions (protocol.REFUSED).
 STREAM_OPTIONS = {"include_usage", "continuous_usage_stats"}
+STREAM_OPTIONS_REFUSED = [
+    ("stream_options", lambda r: r.stream_options is not None and not r.stream,
+     "stream_options is only allowed with stream true"),
+    ("stream_options", lambda r: bool(set(r.stream_options or {}) - STREAM_OPTIONS),
+     "stream_options takes only include_usage and continuous_usage_stats (vLLM's: the usage so far in every chunk)"),
+]  # fmt: skip
 
 REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
     ("messages", lambda r: not r.messages, "messages is empty: send at least one message"),
@@ -71,10 +78,7 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
     ("n", lambda r: r.n != 1, "n must be 1 for chat (FT's beam search is served by /v1/completions' best_of)"),
     ("logprobs", lambda r: r.logprobs or r.top_logprobs is not None,
      "logprobs are served by /v1/completions (FT's output_log_probs), not yet in chat's shape"),
-    ("stream_options", lambda r: r.stream_options is not None and not r.stream,
-     "stream_options is only allowed with stream true"),
-    ("stream_options", lambda r: bool(set(r.stream_options or {}) - STREAM_OPTIONS),
-     "stream_options takes only include_usage and continuous_usage_stats (vLLM's: the usage so far in every chunk)"),
+    *STREAM_OPTIONS_REFUSED,
     ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
 ]  # fmt: skip

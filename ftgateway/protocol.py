@@ -83,10 +83,7 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
     ("logprobs", lambda r: r.logprobs is not None and r.stream, "logprobs come with whole answers: stream false"),
     ("logprobs", lambda r: r.logprobs is not None and r.echo, "FT does not score the prompt's tokens: logprobs "
      "cannot be combined with echo"),
-    ("stream_options", lambda r: r.stream_options is not None and not r.stream,
-     "stream_options is only allowed with stream true"),
-    ("stream_options", lambda r: bool(set(r.stream_options or {}) - chat.STREAM_OPTIONS),
-     "stream_options takes only include_usage and continuous_usage_stats (vLLM's: the usage so far in every chunk)"),
+    *chat.STREAM_OPTIONS_REFUSED,
     ("suffix", lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
     ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
@@ -99,7 +96,11 @@ def sse_event(data: dict[str, Any]) -> str:
 
 def usage(*results: Result) -> dict[str, int]:
     """OpenAI's usage of one answer or of several (a list of prompts: their sums)."""
-    prompt, completion = sum(r.prompt_tokens for r in results), sum(r.completion_tokens for r in results)
+    return usage_of(sum(r.prompt_tokens for r in results), sum(r.completion_tokens for r in results))
+
+
+def usage_of(prompt: int, completion: int) -> dict[str, int]:
+    """OpenAI's usage object of these token counts."""
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 

@@ -27,6 +27,7 @@ from .protocol import (
     completion_chunk,
     sse_event,
     usage,
+    usage_of,
 )
 from .sampling import SamplingError, sampling
 from .tokenizing import Tokenizing
@@ -148,9 +149,7 @@ class Gateway:
         def so_far() -> dict[str, Any]:
             if not continuous:
                 return extra
-            prompt, completion = sum(c.prompt for c in counts), sum(c.completion for c in counts)
-            return {**extra, "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                       "total_tokens": prompt + completion}}  # fmt: skip
+            return {**extra, "usage": usage_of(sum(c.prompt for c in counts), sum(c.completion for c in counts))}
 
         def piece(index: int, text: str, finish: Optional[str], **more: Any) -> dict[str, Any]:
             if chatting:

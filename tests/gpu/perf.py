@@ -296,7 +296,8 @@ def measure_shape(args, shape: str, work: Path) -> dict:
     family, kwargs = SHAPES[shape]
     root = Path(str(args.device_root))
     ckpt = root / "ckpt" / family
-    model, weight_bytes, made_s = checkpoint_of(shape, ckpt)
+    # GuideLLM alone needs the shards, not the model on the GPU (no transformers baseline)
+    model, weight_bytes, made_s = (checkpoint_made if args.guidellm_only else checkpoint_of)(shape, ckpt)
     reused = made_s is None
     tokenizer = transformers.AutoTokenizer.from_pretrained(ckpt)
     bandwidth = copy_bandwidth()
