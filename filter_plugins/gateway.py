@@ -14,6 +14,11 @@ description:
     the same way and compares. concurrent_requests is the load balancers' (load_balancer_key_map).
   - gateway_probe_key returns the first key that may call the given model now (its models, its
     expiry), for the role's own requests, or "" when there is none.
+  - gateway_peers takes the hosts (groups['gpu_hosts']), hostvars and this host's name and returns
+    the other hosts' gateways of this host's model (fleet_model.name) as [{url, tls_name}]: where
+    the gateway continues a generation whose tritonserver failed. A host's address is its
+    gateway_peer_address, else its ansible_host (or inventory name) and gateway_port; https, with
+    tls_name its gateway_tls_name, where it sets gateway_tls_cert.
   - model_context_length reads a Hugging Face config.json and returns the number of positions
     the model was trained for (max_position_embeddings, n_positions, n_ctx, seq_length), or the
     fallback where it names none (ALiBi models such as BLOOM).
@@ -39,7 +44,7 @@ RETURN = r"""
 _value:
   description: >-
     "[{name, sha256, rate_per_minute[, models][, expires]}]" (gateway_key_records); an int
-    (model_context_length); a key or "" (gateway_probe_key).
+    (model_context_length); a key or "" (gateway_probe_key); "[{url[, tls_name]}]" (gateway_peers).
   type: raw
 """
 
@@ -47,6 +52,7 @@ from typing import Any
 
 from ftdomain.fleet.gateway import (
     gateway_key_records,
+    gateway_peers,
     gateway_probe_key,
     gateway_tls_file_problems,
     model_context_length,
@@ -60,4 +66,5 @@ class FilterModule:
             "model_context_length": model_context_length,
             "gateway_tls_file_problems": gateway_tls_file_problems,
             "gateway_probe_key": gateway_probe_key,
+            "gateway_peers": gateway_peers,
         }

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tritonclient.utils import InferenceServerException
 
-from . import chat
+from . import chat, internal
 from .config import Key, Settings
 from .errors import ApiError, triton_error
 from .middleware import BodyLimitAndCounts, Metrics
@@ -33,6 +33,7 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         yield
+        await gw.continuing.close()
         await gw.backend.close()
 
     app = FastAPI(title="ftgateway", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -73,8 +74,10 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
         try:
             decoupled = await gw.backend.decoupled()
         except InferenceServerException as err:
-            await items.aclose()
-            raise triton_error(err) from err
+            decoupled = gw.backend.transport.was_decoupled  # gone since: the generation went on elsewhere
+            if decoupled is None or not gw.continuing.enabled:
+                await items.aclose()
+                raise triton_error(err) from err
         return gw.stream(body, items, len(jobs), decoupled, began)
 
     @app.post("/v1/chat/completions")
@@ -91,6 +94,8 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
         result = await gw.generation.result(gw.job(body))
         return {"model": settings.model, "prompt": body.prompt, "text": result.text,
                 "finish_reason": result.finish_reason, "usage": usage(result)}  # fmt: skip
+
+    internal.add_routes(app, gw)
 
     @app.get("/v1/models")
     async def models(_key: Caller):

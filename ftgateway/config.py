@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .continuing import peers_of
+
 
 class ConfigError(ValueError):
     """A settings or key file that the gateway cannot start with: the message names the field."""
@@ -40,6 +42,15 @@ class Settings:
     # The checkpoint's directory on this host, whatever tokenizes: its config.json and tokenizer
     # files name the special tokens whose text answers leave out (tokens.special_ids).
     checkpoint_dir: str = ""
+    # Other hosts' gateways of the same model ([{url, tls_name}]), where a generation goes on when
+    # the local tritonserver fails during it (continuing.py); the CA that verifies them over TLS
+    # (empty: the system's); the fleet's key, which they and this gateway take on the internal
+    # routes (a file holding it; empty: no continuations, internal routes refused); at most this
+    # many continuations per request (0: none).
+    peers: tuple = ()
+    peer_ca_file: str = ""
+    fleet_key_file: str = ""
+    continuations: int = 2
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Settings:
@@ -53,7 +64,22 @@ class Settings:
             value = raw.get(name, known[name].default)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"setting {name!r} must be a positive integer, got {value!r}")
-        for name in ("chat_template", "chat_bos_token", "chat_eos_token", "tokenizer_dir", "checkpoint_dir"):
+        continuations = raw.get("continuations", known["continuations"].default)
+        if not isinstance(continuations, int) or isinstance(continuations, bool) or continuations < 0:
+            raise ConfigError(f"setting 'continuations' must be a whole number >= 0, got {continuations!r}")
+        try:
+            raw = {**raw, "peers": peers_of(raw.get("peers", []))}
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        for name in (
+            "chat_template",
+            "chat_bos_token",
+            "chat_eos_token",
+            "tokenizer_dir",
+            "checkpoint_dir",
+            "peer_ca_file",
+            "fleet_key_file",
+        ):
             if not isinstance(raw.get(name, ""), str):
                 raise ConfigError(f"setting {name!r} must be a string, got {raw[name]!r}")
         if raw.get("max_tokens_limit", cls.max_tokens_limit) >= raw.get("context_length", cls.context_length):

@@ -37,6 +37,23 @@ def upstream_down(message: str) -> ApiError:
                     headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
 
 
+class PeerFailed(Exception):
+    """A generation that another host was to continue (continuing.py) and did not: `broken` when
+    the peer went away mid-way (another peer may go on from there), not when none took it or the
+    request cannot go on anywhere."""
+
+    def __init__(self, message: str, *, broken: bool) -> None:
+        super().__init__(message)
+        self.broken = broken
+
+
+def continuation_failed(message: str) -> ApiError:
+    """A generation whose tritonserver failed and which no other host continued (the client may
+    retry it whole)."""
+    return ApiError(503, message, kind="server_error", code="continuation_failed",
+                    headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
+
+
 def triton_error(err: InferenceServerException) -> ApiError:
     """503 with Retry-After when tritonserver is unavailable (retryable elsewhere), else 502."""
     if str(err.status()) in UNAVAILABLE or any(words in (err.message() or "") for words in UNLOADING):
@@ -47,10 +64,13 @@ def triton_error(err: InferenceServerException) -> ApiError:
 @contextmanager
 def upstream():
     """tritonserver's failures as the gateway's answers: 502 when it answered an error, 503 with
-    Retry-After when it could not be reached or has not loaded the models."""
+    Retry-After when it could not be reached or has not loaded the models, or when it failed
+    during a generation that no other host continued."""
     try:
         yield
     except InferenceServerException as err:
         raise triton_error(err) from err
     except (TimeoutError, OSError) as err:
         raise upstream_down(f"tritonserver unreachable: {err}") from err
+    except PeerFailed as err:
+        raise continuation_failed(str(err)) from err

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
+from tritonclient.utils import InferenceServerException
 
-from .errors import ApiError, upstream
+from .continuing import Clock, Continuation, Continuing, broken
+from .errors import ApiError, PeerFailed, triton_error, upstream
 from .sampling import Sampling
 from .tokenizing import Tokenizing
 from .tokens import sequences_of, word_list_of
-from .triton import Tokens
+from .triton import Step, Tokens
 
 
 @dataclass
@@ -160,13 +162,49 @@ class TextSoFar:
         return True
 
 
+class Decoder(Protocol):
+    """What decodes a sequence: the local backend (tokenizing.py) or, once a generation moved to
+    another host and this gateway decodes with its own postprocessing model, that host's."""
+
+    async def detokenize_prefixes(self, output_ids: np.ndarray, lengths: list[int]) -> list[str]: ...
+
+    async def detokenize(self, output_ids: np.ndarray, length: int) -> str: ...
+
+
+class Moved:
+    """The continuations' metrics: continued (with the time each added: from the failure to the
+    first step from the other host) and failed (a broken generation that no host continued)."""
+
+    def __init__(self, count: Counter, seconds: Histogram) -> None:
+        self.count, self.seconds = count, seconds
+
+    def continued(self, took: float) -> None:
+        self.count.labels("continued").inc()
+        self.seconds.observe(took)
+
+    def failed(self) -> None:
+        self.count.labels("failed").inc()
+
+
+class Moving:
+    """One generation's moves: none yet, or its Continuation, and what decodes its steps."""
+
+    def __init__(self, backend: Tokenizing) -> None:
+        self.moved: Continuation | None = None
+        self.decoder: Decoder = backend
+        self.clock, self.cause = Clock(), ""
+
+
 class Generation:
     def __init__(self, backend: Tokenizing, context_length: int, tokens_counter: Counter,
-                 hidden: frozenset[int] = frozenset()) -> None:  # fmt: skip
+                 hidden: frozenset[int] = frozenset(), *, continuing: Continuing | None = None,
+                 moved: Moved | None = None) -> None:  # fmt: skip
         self.backend, self.context_length, self.tokens_counter = backend, context_length, tokens_counter
         # The special tokens' ids (tokens.special_ids): the model may generate them (its end of
         # text, with which FT stops), but their text is no part of an answer.
         self.hide(hidden)
+        # Where a generation goes on when the local tritonserver fails during it (continuing.py).
+        self.continuing, self.moved = continuing, moved
 
     def hide(self, ids: frozenset[int]) -> None:
         """The ids whose text no answer carries (tokens.special_ids)."""
@@ -186,9 +224,10 @@ class Generation:
                 yield echo, None, Count(tokens.count, 0)
             sent, text, length, stopped = 0, "", tokens.count, False
             hold, last, so_far = max((len(s) for s in stops), default=1) - 1, None, TextSoFar(tokens.count)
-            async for step in self.backend.generate(tokens, job.max_tokens, params):
+            moving = Moving(self.backend)
+            async for step in self._steps(tokens, job, moving):
                 length, last = step.sequence_length, step
-                if last_only or not await self._advance(tokens, step, so_far):
+                if last_only or not await self._advance(tokens, step, so_far, moving.decoder):
                     continue
                 text, stopped = cut_at_stop(so_far.text, stops)
                 # Send what can no longer change: not a possible stop's start.
@@ -201,8 +240,10 @@ class Generation:
             if not stopped and last is not None:
                 # The whole completion decoded once: a partial character at the end, or a
                 # tokenizer whose windows did not add up, ends as the whole sequence reads.
-                text, stopped = cut_at_stop(await self._completion_text(tokens, last), stops)
-            logprobs = await self._logprobs(tokens, last, text, job) if params.log_probs and last else None
+                text, stopped = cut_at_stop(await self._completion_text(tokens, last, moving.decoder), stops)
+            logprobs = None
+            if params.log_probs and last:
+                logprobs = await self._logprobs(tokens, last, text, job, moving.decoder)
         completion = length - tokens.count
         self.tokens_counter.labels("out").inc(completion)
         if len(text) > sent:
@@ -210,6 +251,43 @@ class Generation:
         finish = "stop" if stopped or completion < job.max_tokens else "length"
         yield "", Result(text=echo + text, prompt_tokens=tokens.count, completion_tokens=completion,
                          finish_reason=finish, logprobs=logprobs), Count(tokens.count, completion)  # fmt: skip
+
+    async def _steps(self, tokens: Tokens, job: Job, moving: Moving) -> AsyncIterator[Step]:
+        """The model's steps for this job; when the local tritonserver fails during them (broken),
+        the rest from another host (continuing.py), at most the gateway's `continuations` times
+        per request. Decoding moves with them where this gateway has no local tokenizer."""
+        source, last = self.backend.generate(tokens, job.max_tokens, job.params), None
+        while True:
+            try:
+                async for step in source:
+                    took = moving.clock.took()
+                    if took is not None and self.moved is not None:
+                        self.moved.continued(took)
+                    last = step
+                    yield step
+                return
+            except (InferenceServerException, OSError, PeerFailed) as err:
+                cause = triton_error(err).message if isinstance(err, InferenceServerException) else str(err)
+                if moving.moved is not None and isinstance(err, PeerFailed) and not err.broken:
+                    self._failed()
+                    raise PeerFailed(f"{moving.cause}; {err}", broken=False) from err
+                if not broken(err) or self.continuing is None or not self.continuing.enabled:
+                    raise
+                if moving.moved is not None and moving.moved.count >= self.continuing.most:
+                    self._failed()
+                    raise PeerFailed(f"{cause}; the generation was continued on another host "
+                                     f"{moving.moved.count} time(s) already, the most allowed (continuations)",
+                                     broken=False) from err  # fmt: skip
+                moving.clock.failed()
+                if moving.moved is None:
+                    moving.cause = f"the generation's tritonserver failed ({cause})"
+                    moving.moved = self.continuing.start()
+                    moving.decoder = self.backend if self.backend.decodes_offline else moving.moved
+                source = moving.moved.steps(tokens, last, job.max_tokens, job.params)
+
+    def _failed(self) -> None:
+        if self.moved is not None:
+            self.moved.failed()
 
     async def _tokens(self, job: Job) -> Tokens:
         """The prompt's tokens, or the 400 when prompt and max_tokens exceed the context."""
@@ -256,28 +334,30 @@ class Generation:
         sequence = np.concatenate([ids[: tokens.count], generated[keep]]).astype(np.uint32).reshape(1, 1, -1)
         return sequence, (tokens.count + np.concatenate([[0], np.cumsum(keep)])).tolist()
 
-    async def _advance(self, tokens: Tokens, step, so_far: TextSoFar) -> bool:
+    async def _advance(self, tokens: Tokens, step, so_far: TextSoFar, decoder: Decoder) -> bool:
         """This step's new text added to `so_far` (one decoding call, of its window)."""
         sequence, lengths = self._visible(tokens, step)
         start, window = so_far.window(lengths[-1])
-        before, after = await self.backend.detokenize_prefixes(sequence[:, :, start:], window)
+        before, after = await decoder.detokenize_prefixes(sequence[:, :, start:], window)
         return so_far.advance(before, after, lengths[-1])
 
-    async def _completion_text(self, tokens: Tokens, step) -> str:
+    async def _completion_text(self, tokens: Tokens, step, decoder: Decoder | None = None) -> str:
         """The new text: the whole sequence decoded less the prompt's text (decoding the new ids
         alone would drop a SentencePiece tokenizer's leading space), special tokens left out. The
         prompt's text comes with the first step's call (two prefixes of one sequence, one
         postprocessing call)."""
+        decoder = decoder or self.backend
         sequence, lengths = self._visible(tokens, step)
         if tokens.text is None:
-            tokens.text, full = await self.backend.detokenize_prefixes(sequence, [tokens.count, lengths[-1]])
+            tokens.text, full = await decoder.detokenize_prefixes(sequence, [tokens.count, lengths[-1]])
         else:
-            full = await self.backend.detokenize(sequence, lengths[-1])
+            full = await decoder.detokenize(sequence, lengths[-1])
         if full.startswith(tokens.text):
             return full[len(tokens.text) :]
-        return await self.backend.detokenize(sequence[:, :, tokens.count :], lengths[-1] - tokens.count)
+        return await decoder.detokenize(sequence[:, :, tokens.count :], lengths[-1] - tokens.count)
 
-    async def _logprobs(self, tokens: Tokens, step, text: str, job: Job) -> dict[str, list]:
+    async def _logprobs(self, tokens: Tokens, step, text: str, job: Job,
+                        decoder: Decoder | None = None) -> dict[str, list]:  # fmt: skip
         """OpenAI's logprobs from FT's output_log_probs: each new token as the text it adds (the
         completion decoded up to it and after it, in one postprocessing call), its log probability,
         its offset in the text; the tokens past a stop sequence left out. With logprobs 1 (greedy
@@ -287,7 +367,7 @@ class Generation:
                            kind="server_error", code="upstream_error")  # fmt: skip
         new = step.sequence_length - tokens.count
         sequence, lengths = self._visible(tokens, step)
-        fulls = await self.backend.detokenize_prefixes(sequence, lengths)
+        fulls = await (decoder or self.backend).detokenize_prefixes(sequence, lengths)
         tokens.text = fulls[0] if tokens.text is None else tokens.text
         so_far = [f[len(tokens.text) :] if f.startswith(tokens.text) else f for f in fulls]
         offsets = [common_prefix(part, text) for part in so_far]

@@ -35,6 +35,20 @@ class Metrics:
         self.disconnects = Counter("ftgateway_client_disconnects", "Streams the client closed before their end "
                                    "(the gateway stopped them; counted as status 499 in requests)",
                                    registry=self.registry)  # fmt: skip
+        # A generation whose tritonserver failed during it: continued on another host, or failed
+        # (no host could); the time a continuation added (from the failure to the first step from
+        # the other host); and the generations this gateway continued for another host.
+        self.continuations = Counter("ftgateway_continuations", "Generations whose tritonserver failed during "
+                                     "them, continued on another host or failed", ["outcome"],
+                                     registry=self.registry)  # fmt: skip
+        for outcome in ("continued", "failed"):
+            self.continuations.labels(outcome=outcome)
+        self.continuation_seconds = Histogram("ftgateway_continuation_seconds", "Time a continuation added: from "
+                                              "the local failure to the first step from another host",
+                                              registry=self.registry,
+                                              buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))  # fmt: skip
+        self.continued_here = Counter("ftgateway_continued_for_peers", "Generations this gateway continued for "
+                                      "another host's", registry=self.registry)  # fmt: skip
         self.local_tokenizer = Gauge("ftgateway_local_tokenizer", "1 when the gateway tokenizes and decodes "
                                      "itself (its tokenizer equals the models'), 0 when it calls them",
                                      registry=self.registry)  # fmt: skip

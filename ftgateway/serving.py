@@ -15,8 +15,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from . import chat
 from .config import ConfigError, Keys, Settings
+from .continuing import Continuing
 from .errors import ApiError
-from .generation import Count, Generation, Job, Result, bad_words, banned_ids, min_length, stop_list
+from .generation import Count, Generation, Job, Moved, Result, bad_words, banned_ids, min_length, stop_list
 from .middleware import Auth, Metrics, RateLimiter, answer_error
 from .protocol import (
     BUFFERED,
@@ -46,7 +47,15 @@ class Gateway:
         self.metrics, self.limiter, self.started = Metrics(), RateLimiter(), int(time.time())
         self.auth = Auth(self.keys, settings.model, self.limiter)
         hidden = special_ids(settings.checkpoint_dir) if settings.checkpoint_dir else frozenset()
-        self.generation = Generation(backend, settings.context_length, self.metrics.tokens, hidden)
+        try:
+            self.continuing = Continuing(settings)
+        except OSError as err:
+            raise ConfigError(f"setting 'fleet_key_file': {err}") from err
+        if not self.continuing.enabled:
+            log.info("continuations off: %s", self.continuing.why_off())
+        moved = Moved(self.metrics.continuations, self.metrics.continuation_seconds)
+        self.generation = Generation(backend, settings.context_length, self.metrics.tokens, hidden,
+                                     continuing=self.continuing, moved=moved)  # fmt: skip
         self._checkpoint_files = files_fingerprint(settings.checkpoint_dir) if settings.checkpoint_dir else ()
         try:
             self.chat_template = chat.Template(settings.chat_template, settings.chat_bos_token,

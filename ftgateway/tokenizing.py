@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator
 
 import numpy as np
+from tritonclient.utils import InferenceServerException
 
 from .sampling import Sampling
 from .tokens import PROBES, LocalTokenizer
@@ -39,7 +40,7 @@ class Tokenizing:
     def invalidate(self) -> None:
         """The tokenizer's files changed (another revision checked out): load and verify it again
         on next use, as after the transport's reset."""
-        self._verified_at = None
+        self._verified_at, self._ok = None, False
 
     async def use_local(self) -> bool:
         """Whether to tokenize in this process; checked on first use and after the transport reset."""
@@ -49,12 +50,28 @@ class Tokenizing:
             async with self._verifying:
                 if self._verified_at != self.transport.resets:
                     seen = self.transport.resets
+                    earlier = self.local if self.decodes_offline else None
                     self.local, self.reason = LocalTokenizer.load(self.tokenizer_dir)
-                    differs = await self._differs() if self.local else self.reason
+                    try:
+                        differs = await self._differs() if self.local else self.reason
+                    except (InferenceServerException, OSError):
+                        if earlier is None:
+                            raise
+                        # tritonserver is gone (a generation continues on another host):
+                        # the tokenizer verified before, whose files did not change, decodes
+                        # until it is back and can be compared again.
+                        self.local = earlier
+                        return True
                     self.reason = differs or "equal to the preprocessing and postprocessing models"
                     self._ok, self._verified_at = not differs, seen
                     log.info("tokenizer in the gateway: %s (%s)", "on" if self._ok else "off", self.reason)
         return self._ok
+
+    @property
+    def decodes_offline(self) -> bool:
+        """Whether the local tokenizer was found equal to the models for the checkpoint's files as
+        they are: it may decode while tritonserver is away (its verdict stands until they change)."""
+        return self._ok and self._verified_at is not None and self.local is not None
 
     async def _differs(self) -> str:
         """What the local tokenizer does differently from the models on the probes ("" if nothing)."""

@@ -65,6 +65,9 @@ class Triton:
         self._post_inputs: dict[str, str] | None = None
         self._decoupled: bool | None = None
         self.resets = 0
+        # What decoupled() read last, kept when tritonserver goes away: how a generation that
+        # another host continues is streamed to its client (continuing.py).
+        self.was_decoupled: bool | None = None
 
     def _forget(self) -> None:
         self._post_inputs = self._decoupled = None
@@ -102,7 +105,7 @@ class Triton:
         if self._decoupled is None:
             config = await self.client.get_model_config("fastertransformer", as_json=True, client_timeout=10)
             policy = config.get("config", {}).get("model_transaction_policy", {})
-            self._decoupled = bool(policy.get("decoupled", False))
+            self._decoupled = self.was_decoupled = bool(policy.get("decoupled", False))
         return self._decoupled
 
     async def tokenize(self, prompt: str, stop: list[str], max_tokens: int, bad: tuple[str, ...] = ()) -> Tokens:

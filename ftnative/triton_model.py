@@ -13,11 +13,17 @@ interpreter is isolated and ignores PYTHONPATH), as lab/tritonserver-cpu.Dockerf
 """
 
 import json
+import os
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from ftnative.decode import load
+
+# Seconds each streamed step takes at least (0: as fast as the CPU decodes): a GPU's time per
+# token, for the tests that must act while a stream is running (tests/test_continuation.py).
+STEP_SECONDS = float(os.environ.get("FTNATIVE_STEP_SECONDS") or 0)
 
 
 def _scalar(request, name, default, cast):
@@ -176,6 +182,7 @@ class TritonPythonModel:
             else:
                 steps = []
                 for step in self.model.steps(prompt, new, stop=stop, bad=bad, **sampling):
+                    time.sleep(STEP_SECONDS)
                     steps.append(step)
                     sender.send(self._response([prompt], [[_as_beam(prompt, steps)]], sampling["end_id"], new,
                                                log_probs=log_probs, context_embeddings=embeddings))  # fmt: skip

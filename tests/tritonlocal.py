@@ -102,6 +102,7 @@ class Server:
     grpc: int
     metrics: int
     log: Path
+    process: subprocess.Popen | None = None
 
 
 # What the lab's serving image sets for the CPU stand-in besides its paths (lab/tritonserver-cpu.Dockerfile):
@@ -132,12 +133,14 @@ def stub_python(work: Path, python: Path | None) -> tuple[Path, str]:
 
 
 @contextlib.contextmanager
-def tritonserver(repo: Path, work: Path, python: Path | None = None) -> Iterator[Server]:
+def tritonserver(repo: Path, work: Path, python: Path | None = None,
+                 env: dict[str, str] | None = None) -> Iterator[Server]:  # fmt: skip
     """Start tritonserver on 127.0.0.1 with `repo`, wait until ready, stop it afterwards.
 
     The Python backend runs on this machine's system python3 with this virtualenv's packages, or
     on `python`: a virtualenv of another Python (the serving images' 3.8 or 3.10) with its own,
-    whose stub the wheel ships, whose libpython comes from its base interpreter (stub_python)."""
+    whose stub the wheel ships, whose libpython comes from its base interpreter (stub_python).
+    `env`: more of tritonserver's environment (the stand-in's FTNATIVE_STEP_SECONDS)."""
     import pytriton  # noqa: PLC0415
 
     server = Path(pytriton.__file__).parent / "tritonserver"
@@ -154,7 +157,7 @@ def tritonserver(repo: Path, work: Path, python: Path | None = None) -> Iterator
     # names its base) and links its base interpreter's libpython.
     libs = [str(site / "nvidia_pytriton.libs"), str(venv_home(stub).parent / "lib")]
     path = f"{stub / 'bin'}:/usr/bin:/bin"
-    env = {**os.environ, **STAND_IN_ENV, "PATH": path, "LD_LIBRARY_PATH": ":".join(libs)}
+    env = {**os.environ, **STAND_IN_ENV, **(env or {}), "PATH": path, "LD_LIBRARY_PATH": ":".join(libs)}
     with ports.log.open("w") as log:
         proc = subprocess.Popen(
             [str(server / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={backends}",
@@ -162,6 +165,7 @@ def tritonserver(repo: Path, work: Path, python: Path | None = None) -> Iterator
              f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}", "--allow-metrics=false"],
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
+        ports.process = proc
         try:
             deadline = time.monotonic() + 120
             while True:
@@ -232,15 +236,15 @@ def installed(venv: Path, *names: str) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
-def start_gateway(settings: dict, work: Path, *tls: str, python: Path | None = None,
-                  app: Path | None = None) -> tuple[subprocess.Popen, str, Path]:  # fmt: skip
-    """`python -m ftgateway` on a free port of 127.0.0.1 (HTTPS with tls = (certfile, keyfile)),
+def start_gateway(settings: dict, work: Path, *tls: str, python: Path | None = None, app: Path | None = None,
+                  port: int | None = None) -> tuple[subprocess.Popen, str, Path]:  # fmt: skip
+    """`python -m ftgateway` on `port` (or a free one) of 127.0.0.1 (HTTPS with tls = (certfile, keyfile)),
     with this project's python and sources, or with `python` and the packed `app` zip on
     PYTHONPATH as the unit runs it on a host. Returns the process, its URL and its log; waits
     until it answers (not until tritonserver is ready)."""
     import httpx  # noqa: PLC0415
 
-    port = free_port()
+    port = port or free_port()
     config = work / f"gateway-{port}.json"
     config.write_text(json.dumps(settings))
     log = work / f"gateway-{port}.log"

@@ -107,3 +107,28 @@ def gateway_tls_file_problems(stats: Any, user: Any, key_path: Any) -> list[str]
             problems.append(f"{path}: the private key is readable by every user of the host; fix: chmod 0640 {path} "
                             f"(group {user})")  # fmt: skip
     return problems
+
+
+def gateway_peers(hosts: Any, hostvars: Any, me: Any) -> list[dict[str, str]]:
+    """The other hosts' gateways of `me`'s model (fleet_model.name), where its gateway continues a
+    generation whose tritonserver failed: [{url, tls_name}], sorted. A host's address is its
+    gateway_peer_address, else its ansible_host (or inventory name) and gateway_port; https where
+    it serves TLS (gateway_tls_cert), verified as gateway_tls_name (or its inventory name)."""
+    if not isinstance(hosts, list | tuple):
+        raise AnsibleFilterError(f"gateway_peers: expected a list of hosts, got {type(hosts).__name__}")
+    own = hostvars[me].get("fleet_model") or {}
+    model = own.get("name") if isinstance(own, Mapping) else None
+    if not model:
+        return []
+    peers = []
+    for host in hosts:
+        v = hostvars[host]
+        theirs = v.get("fleet_model") or {}
+        if host == me or not isinstance(theirs, Mapping) or theirs.get("name") != model:
+            continue
+        address = v.get("gateway_peer_address") or f"{v.get('ansible_host') or host}:{v.get('gateway_port') or 8080}"
+        if v.get("gateway_tls_cert"):
+            peers.append({"url": f"https://{address}", "tls_name": str(v.get("gateway_tls_name") or host)})
+        else:
+            peers.append({"url": f"http://{address}"})
+    return sorted(peers, key=lambda p: p["url"])

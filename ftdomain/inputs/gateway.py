@@ -107,7 +107,15 @@ def gateway_problems(v: Mapping[str, Any]) -> list[str]:
     problems += int_problems(v, 1, ("gateway_max_tokens", "gateway_rate_per_minute", "gateway_max_request_bytes",
                                      "gateway_request_timeout_s", "gateway_ready_timeout",
                                      "gateway_context_length_fallback"))  # fmt: skip
-    problems += int_problems(v, 0, ("gateway_context_length", "gateway_graceful_seconds"))
+    problems += int_problems(v, 0, ("gateway_context_length", "gateway_graceful_seconds", "gateway_continuations"))
+    fleet_key = v.get("gateway_fleet_key", v.get("fleet_gateway_key", ""))
+    if not isinstance(fleet_key, str) or (fleet_key and (len(fleet_key) < 16 or fleet_key != fleet_key.strip())):
+        problems.append("fleet_gateway_key: the fleet's key must be a string of at least 16 characters without "
+                        "surrounding spaces (or empty: no continuations); fix: python -m ftgateway new-key")  # fmt: skip
+    ca = v.get("gateway_peer_ca", "")
+    if ca and (not isinstance(ca, str) or "-----BEGIN CERTIFICATE-----" not in ca):
+        problems.append("gateway_peer_ca: not a PEM certificate (-----BEGIN CERTIFICATE-----); fix: the CA's PEM text, "
+                        "as load_balancer_gateway_ca")  # fmt: skip
     context, most = v.get("gateway_context_length"), v.get("gateway_max_tokens")
     if isinstance(context, int) and isinstance(most, int) and context > 0 and most >= context:
         problems.append(f"gateway_max_tokens={most}: not below gateway_context_length={context} (no room for a "

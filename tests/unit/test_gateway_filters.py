@@ -18,6 +18,7 @@ from test_fleet_inputs import GOOD
 from ftdomain.errors import AnsibleFilterError
 from ftdomain.fleet.gateway import (
     gateway_key_records,
+    gateway_peers,
     gateway_probe_key,
     gateway_tls_file_problems,
     key_expiry,
@@ -86,6 +87,10 @@ def test_a_host_with_a_key_has_no_gateway_problem():
         ({"gateway_tls_cert": "gw.pem", "gateway_tls_key": "/k.pem"}, "gateway_tls_cert='gw.pem': must be an absolute"),
         ({"gateway_bind_address": "any"}, "gateway_bind_address='any': not an IP address"),
         ({"fleet_gateway": "yes"}, "fleet_gateway='yes': must be true or false"),
+        ({"gateway_continuations": -1}, "gateway_continuations=-1: out of range (valid: >= 0)"),
+        ({"fleet_gateway_key": "short"}, "fleet_gateway_key: the fleet's key must be a string of at least 16"),
+        ({"fleet_gateway_key": f" {KEY}"}, "fleet_gateway_key: the fleet's key must be a string of at least 16"),
+        ({"gateway_peer_ca": "not a certificate"}, "gateway_peer_ca: not a PEM certificate"),
     ],
 )
 def test_bad_gateway_inputs_are_named(overrides, problem):
@@ -414,3 +419,25 @@ def test_a_virtual_address_must_be_named_by_the_certificate():
     assert load_balancer_problems({**vip, "load_balancer_vip_name": "lb.example"}, _backends(True)) == []
     named = {**vip, "load_balancer_vip_name": "api.example"}
     assert "10.0.0.100 or load_balancer_vip_name=api.example" in load_balancer_problems(named, _backends(True))[0]
+
+
+def test_the_peers_are_the_other_hosts_of_the_model_at_their_addresses():
+    hostvars = {
+        "a": {"fleet_model": {"name": "kogpt"}, "ansible_host": "10.0.0.1"},
+        "b": {"fleet_model": {"name": "kogpt"}, "ansible_host": "10.0.0.2", "gateway_port": 8443,
+              "gateway_tls_cert": "/etc/ftfleet/tls/gateway.crt"},
+        "c": {"fleet_model": {"name": "kogpt"}, "gateway_peer_address": "172.30.214.12:8080"},
+        "d": {"fleet_model": {"name": "llama-7b"}, "ansible_host": "10.0.0.4"},
+        "e": {"fleet_model": {"name": "kogpt"}, "gateway_tls_cert": "/c.pem", "gateway_tls_name": "e.example.com"},
+        "lb": {},
+    }  # fmt: skip
+    hosts = list(hostvars)
+    assert gateway_peers(hosts, hostvars, "a") == [
+        {"url": "http://172.30.214.12:8080"},
+        {"url": "https://10.0.0.2:8443", "tls_name": "b"},
+        {"url": "https://e:8080", "tls_name": "e.example.com"},
+    ]
+    assert gateway_peers(hosts, hostvars, "d") == []  # the model's only host
+    assert gateway_peers(hosts, hostvars, "lb") == []  # no model
+    with pytest.raises(AnsibleFilterError, match="expected a list of hosts"):
+        gateway_peers("a,b", hostvars, "a")
