@@ -2,7 +2,8 @@
 
 Reads the recording rules of the monitoring stage (roles/prometheus/files/ftfleet-recording.yml)
 through Prometheus's HTTP API (query_range, alerts) and draws, per model: requests/s, p95
-latency, the error ratio and GPU utilization, one panel each, a line per model (docs/operations.md
+latency, the error ratio, GPU utilization and the generations continued on another host after
+their tritonserver failed, one panel each, a line per model (docs/operations.md
 shows one and how to read it).
 """
 
@@ -25,6 +26,9 @@ PANELS = [
     ("p95 latency", "model:ftgateway_request_seconds:p95_1m", "s", 1.0, 0.1),
     ("error ratio (5xx)", "model:ftgateway_request_errors:ratio_rate1m", "%", 100.0, 1.0),
     ("GPU utilization", "avg by (model) (instance:dcgm_gpu_utilization:avg)", "%", 100.0, 100.0),
+    # A tritonserver that failed mid-answer: its generations went on from another host.
+    ("continued generations (5 min)", 'sum by (model) (model:ftgateway_continuations:increase5m{outcome="continued"})',
+     "", 1.0, 1.0),
 ]
 
 

@@ -55,9 +55,11 @@ def broken(err: BaseException) -> bool:
     the server went away or restarts, not a refusal of this request or a timeout."""
     if isinstance(err, InferenceServerException):
         status, message = str(err.status()), err.message() or ""
+        if any(words in message for words in UNLOADING):
+            return True
         if status == "StatusCode.INTERNAL":
             return any(words in message for words in BROKEN_INTERNAL)
-        return status in BROKEN or any(words in message for words in UNLOADING)
+        return status in BROKEN
     if isinstance(err, PeerFailed):
         return err.broken
     return isinstance(err, OSError) and not isinstance(err, TimeoutError)

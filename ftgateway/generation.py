@@ -15,7 +15,7 @@ from prometheus_client import Counter, Histogram
 from tritonclient.utils import InferenceServerException
 
 from .continuing import Clock, Continuation, Continuing, broken
-from .errors import ApiError, PeerFailed, triton_error, upstream
+from .errors import ApiError, PeerFailed, triton_error, upstream, upstream_down
 from .sampling import Sampling
 from .tokenizing import Tokenizing
 from .tokens import sequences_of, word_list_of
@@ -309,7 +309,16 @@ class Generation:
         params, stops = job.params, job.stops
         with upstream():
             tokens = await self._tokens(job)
-            beams = await self.backend.search(tokens, job.max_tokens, params, job.best_of, job.length_penalty)
+            try:
+                beams = await self.backend.search(tokens, job.max_tokens, params, job.best_of, job.length_penalty)
+            except (InferenceServerException, OSError) as err:
+                if not broken(err):
+                    raise
+                # Its beams change until the last step: no partial answer to go on from. The whole
+                # request is retryable (nothing was sent): HAProxy sends it to another host.
+                cause = triton_error(err).message if isinstance(err, InferenceServerException) else str(err)
+                raise upstream_down(f"{cause}; a beam search (best_of or n above 1) is not continued on another "
+                                    "host: retry the request") from err  # fmt: skip
             results = []
             for step in beams[: job.n]:
                 text, stopped = cut_at_stop(await self._completion_text(tokens, step), stops)

@@ -219,6 +219,22 @@ def test_a_request_to_a_host_whose_tritonserver_is_gone_is_served_by_another(pai
     assert text_of(events) == uninterrupted["choices"][0]["text"]
 
 
+def test_a_beam_search_is_not_continued_but_answered_as_retryable(pair):
+    """Beams change until FT's last step: nothing to go on from. The gateway answers 503 with
+    Retry-After (nothing was sent), which HAProxy retries on another host."""
+    pair.alive(pair.a)
+    first = httpx.post(pair.a.url + "/v1/completions", json=body(max_tokens=1), timeout=60,
+                       headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+    assert first.status_code == 200, first.text
+    pair.kill(pair.a)
+    pair.a.server.process.wait(timeout=30)
+    request = {"model": MODEL, "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "n": 2, "best_of": 2}
+    answer = httpx.post(pair.a.url + "/v1/completions", json=request, timeout=60,
+                        headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+    assert (answer.status_code, answer.headers.get("retry-after")) == (503, "1"), answer.text
+    assert "a beam search (best_of or n above 1) is not continued on another host" in answer.json()["error"]["message"]
+
+
 def test_with_continuations_off_the_same_kill_cuts_the_stream(pair, uninterrupted):
     pair.alive(pair.a)
     proc, url, _log = start_gateway(pair.settings(pair.a, peers=[{"url": pair.b.url}], continuations=0), pair.work)

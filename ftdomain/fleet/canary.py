@@ -115,6 +115,7 @@ def canary_queries(host: str, model: str, backend: str, canaries: list[str], sec
     others = "|".join(re.escape(c) for c in canaries) or re.escape(host)
     base = f'model="{_label(model)}",instance!~"{_label(others)}",route!="/v1/models"'
     triton = f'job="triton",instance="{_label(host)}"'
+    host = f'model="{_label(model)}",instance="{_label(host)}"'
     return {
         "client_requests": f"sum(increase(haproxy_server_http_responses_total{{{srv}}}{w}))",
         "client_errors": f'sum(increase(haproxy_server_http_responses_total{{{srv},code="5xx"}}{w}))',
@@ -125,6 +126,10 @@ def canary_queries(host: str, model: str, backend: str, canaries: list[str], sec
         "baseline_p95_seconds": (
             f"histogram_quantile(0.95, sum by (le) (rate(ftgateway_request_seconds_bucket{{{base}}}{w})))"
         ),
+        # Its generations whose tritonserver failed mid-answer, continued on another host or not
+        # (the gateway's continuations, docs/operations.md): shown, the restarts above judge them.
+        "continued": f'sum(increase(ftgateway_continuations_total{{{host},outcome="continued"}}{w}))',
+        "continuations_failed": f'sum(increase(ftgateway_continuations_total{{{host},outcome="failed"}}{w}))',
         "counter_resets": f"max(resets(nv_inference_request_success{{{triton}}}{w}))",
         "down_scrapes": f"sum(count_over_time(up{{{triton}}}{w})) - sum(sum_over_time(up{{{triton}}}{w}))",
     }
@@ -261,6 +266,8 @@ def canary_verdict(
         "baseline_p95_seconds": m.get("baseline_p95_seconds"),
         "p95_ratio": _ratio(m.get("p95_seconds"), m.get("baseline_p95_seconds")),
         "tritonserver_restarts": None,
+        "continued_elsewhere": m.get("continued"),
+        "continuations_failed": m.get("continuations_failed"),
         "golden_prompt_failures": len(failures),
         "gates_failed": bool(gate_failure),
         "new_revision_requests": _taken(sessions),

@@ -111,7 +111,7 @@ def gateway_problems(v: Mapping[str, Any]) -> list[str]:
     fleet_key = v.get("gateway_fleet_key", v.get("fleet_gateway_key", ""))
     if not isinstance(fleet_key, str) or (fleet_key and (len(fleet_key) < 16 or fleet_key != fleet_key.strip())):
         problems.append("fleet_gateway_key: the fleet's key must be a string of at least 16 characters without "
-                        "surrounding spaces (or empty: no continuations); fix: python -m ftgateway new-key")  # fmt: skip
+                        "surrounding spaces (empty: no continuations); fix: python -m ftgateway new-key")  # fmt: skip
     ca = v.get("gateway_peer_ca", "")
     if ca and (not isinstance(ca, str) or "-----BEGIN CERTIFICATE-----" not in ca):
         problems.append("gateway_peer_ca: not a PEM certificate (-----BEGIN CERTIFICATE-----); fix: the CA's PEM text, "

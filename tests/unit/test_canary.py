@@ -125,7 +125,10 @@ def test_the_queries_judge_the_canary_against_the_models_other_hosts_over_the_wi
     assert 'instance!~"node\\\\-1|node\\\\.7"' in q["baseline_p95_seconds"]
     assert q["counter_resets"] == 'max(resets(nv_inference_request_success{job="triton",instance="node-1"}[30s]))'
     assert set(q) == {"client_requests", "client_errors", "retried_elsewhere", "host_requests", "host_errors",
-                      "p95_seconds", "baseline_p95_seconds", "counter_resets", "down_scrapes"}  # fmt: skip
+                      "p95_seconds", "baseline_p95_seconds", "counter_resets", "down_scrapes", "continued",
+                      "continuations_failed"}  # fmt: skip
+    assert q["continued"] == ('sum(increase(ftgateway_continuations_total{model="tiny",instance="node-1",'
+                              'outcome="continued"}[30s]))')  # fmt: skip
 
 
 def answers(**values: float | None) -> list[dict]:
