@@ -23,6 +23,28 @@ from .sampling import Sampling
 MODELS = ("preprocessing", "fastertransformer", "postprocessing")
 
 
+# gRPC waits longer and longer between attempts to reach a server that refuses (up to 120 s by
+# default): a tritonserver back after minutes (a restart limit, a large model's load) was served
+# again only up to two minutes later (seen on the lab). At most 2 s here: the server is local.
+RECONNECT_BACKOFF_MS = (500, 2000)
+
+
+def channel_args() -> list[tuple[str, int]]:
+    """tritonclient's own channel options (message sizes, keepalive), with a short reconnect backoff."""
+    keepalive = grpcclient.KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+        ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
+    ]
+
+
 def _tensor(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
     tensor = grpcclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
@@ -77,7 +99,7 @@ class Triton:
     def client(self) -> grpcclient.InferenceServerClient:
         """Made on first use, inside the server's event loop (a gRPC aio channel belongs to one loop)."""
         if self._client is None:
-            self._client = grpcclient.InferenceServerClient(self.url)
+            self._client = grpcclient.InferenceServerClient(self.url, channel_args=channel_args())
         return self._client
 
     async def close(self) -> None:
