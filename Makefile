@@ -125,8 +125,8 @@ bench: lab  ## the lab, then the serving benchmark: each layer's latency and thr
 registry-bench: harness test-setup  ## the images and models stages on 1, 2 and 4 hosts, without and with a registry (docs/performance.md)
 	$(BIN)/python scripts/registry-bench
 
-lab-crash: setup  ## on the lab: kill lab-node1's tritonserver, then its gateway, under load; then every gateway down (docs/operations.md)
-	scripts/lab-crash
+lab-crash: setup  ## on the lab: kill lab-node1's tritonserver 3 times, then its gateway, under load of 200-token answers; then every gateway down (docs/operations.md)
+	scripts/lab-crash --tokens 200 --ignore-eos --kills 3 --settle 10
 
 lab-down: setup  ## remove everything `make lab` created
 	scripts/lab down

@@ -29,7 +29,7 @@ PANELS = [
     # A tritonserver that failed mid-answer: its generations went on from another host.
     ("continued generations (5 min)", 'sum by (model) (model:ftgateway_continuations:increase5m{outcome="continued"})',
      "", 1.0, 1.0),
-]
+]  # fmt: skip
 
 
 class ReportError(Exception):
