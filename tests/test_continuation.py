@@ -87,6 +87,15 @@ class Pair:
     def kill(self, host: Host) -> None:
         os.kill(host.server.process.pid, signal.SIGKILL)
 
+    def served_then_killed(self, host: Host) -> None:
+        """host's tritonserver killed after one request (its gateway's tokenizer verified), and gone."""
+        self.alive(host)
+        first = httpx.post(host.url + "/v1/completions", json=body(max_tokens=1), timeout=60,
+                           headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+        assert first.status_code == 200, first.text
+        self.kill(host)
+        host.server.process.wait(timeout=30)
+
 
 def wait_ready(url: str) -> None:
     deadline = time.monotonic() + 60
@@ -208,12 +217,7 @@ def test_a_whole_request_goes_on_from_another_host(pair, uninterrupted):
 def test_a_request_to_a_host_whose_tritonserver_is_gone_is_served_by_another(pair, uninterrupted):
     """Killed before the request: the gateway tokenizes itself (its tokenizer was verified with its
     first request), the model's first step fails, and the whole generation comes from host B."""
-    pair.alive(pair.a)
-    first = httpx.post(pair.a.url + "/v1/completions", json=body(max_tokens=1), timeout=60,
-                       headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
-    assert first.status_code == 200, first.text
-    pair.kill(pair.a)
-    pair.a.server.process.wait(timeout=30)
+    pair.served_then_killed(pair.a)
     events = streamed(pair.a.url, body())
     assert events[-1] == "[DONE]"
     assert text_of(events) == uninterrupted["choices"][0]["text"]
@@ -222,12 +226,7 @@ def test_a_request_to_a_host_whose_tritonserver_is_gone_is_served_by_another(pai
 def test_a_beam_search_is_not_continued_but_answered_as_retryable(pair):
     """Beams change until FT's last step: nothing to go on from. The gateway answers 503 with
     Retry-After (nothing was sent), which HAProxy retries on another host."""
-    pair.alive(pair.a)
-    first = httpx.post(pair.a.url + "/v1/completions", json=body(max_tokens=1), timeout=60,
-                       headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
-    assert first.status_code == 200, first.text
-    pair.kill(pair.a)
-    pair.a.server.process.wait(timeout=30)
+    pair.served_then_killed(pair.a)
     request = {"model": MODEL, "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "n": 2, "best_of": 2}
     answer = httpx.post(pair.a.url + "/v1/completions", json=request, timeout=60,
                         headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
