@@ -291,3 +291,32 @@ def _kill_after(pair: Pair, host: Host, seconds: float):
     thread = threading.Thread(target=lambda: (time.sleep(seconds), pair.kill(host)), daemon=True)
     thread.start()
     return thread
+
+
+def test_over_tls_the_peer_is_verified_by_its_name(pair, uninterrupted, tmp_path):
+    """Peers serving HTTPS (production: the fleet's TLS) are verified against gateway_peer_ca as
+    their tls_name: the right name continues, a wrong one is refused (the stream ends saying so)."""
+    import subprocess  # noqa: PLC0415
+
+    cert, key = tmp_path / "b.pem", tmp_path / "b.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=gpu-b",
+                    "-addext", "subjectAltName=DNS:gpu-b.example,IP:127.0.0.1", "-keyout", str(key), "-out",
+                    str(cert)], check=True, capture_output=True)  # fmt: skip
+    pair.alive(pair.b)
+    proc, tls_b, _log = start_gateway(pair.settings(pair.b), pair.work, str(cert), str(key))
+    pair.extra.append(proc)
+    for name, continues in (("gpu-b.example", True), ("gpu-c.example", False)):
+        pair.alive(pair.a)
+        peers = [{"url": tls_b, "tls_name": name}]
+        proc, url, _log = start_gateway(pair.settings(pair.a, peers=peers, peer_ca_file=str(cert)), pair.work)
+        pair.extra.append(proc)
+        wait_ready(url)
+        events = streamed(url, body(), after=5, then=lambda: pair.kill(pair.a))
+        errors = [e["error"] for e in events if isinstance(e, dict) and "error" in e]
+        if continues:
+            assert not errors, errors
+            assert text_of(events) == uninterrupted["choices"][0]["text"]
+        else:
+            assert len(errors) == 1, events[-3:]
+            assert errors[0]["code"] == "continuation_failed"
+            assert "CERTIFICATE_VERIFY_FAILED" in errors[0]["message"] or "certificate" in errors[0]["message"]
