@@ -130,7 +130,9 @@ class BodyLimitAndCounts:
                 too_large = ApiError(413, f"the request body is over {self.limit} bytes", code="request_too_large")
                 await answer_error(self.metrics, too_large, route)(scope, _no_body, send)
                 return
-        if route in ("/metrics", "/healthz", "/health"):
+        # Not clients' requests: the probes, and another gateway continuing a generation here
+        # (its client's request is counted where it came in; ftgateway_continued_for_peers here).
+        if route in ("/metrics", "/healthz", "/health") or route.startswith("/internal/"):
             await self.app(scope, receive, send)
             return
         status = "500"

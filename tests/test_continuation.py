@@ -197,6 +197,8 @@ def test_a_stream_goes_on_from_another_host_when_its_tritonserver_is_killed(pair
     assert len({e["id"] for e in events if isinstance(e, dict)}) == 1
     assert metric(pair.a.url, 'ftgateway_continuations_total{outcome="continued"}') == continued + 1
     assert metric(pair.b.url, "ftgateway_continued_for_peers_total") == served + 1
+    # The continuation is no client's request on host B: its requests count only its own clients'.
+    assert "/internal/" not in httpx.get(pair.b.url + "/metrics", timeout=10).text
     added = metric(pair.a.url, "ftgateway_continuation_seconds_sum")
     print(f"\n{TOKENS} tokens streamed in {took:.2f} s, continued on host B; the continuation added {added:.3f} s")
 
