@@ -2,11 +2,9 @@
 own tritonserver failed (continuing.py has the other side and the protocol): the fleet's key
 only, never a client's."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import numpy as np
 from fastapi import Depends, FastAPI, Request
@@ -32,8 +30,8 @@ class ContinueRequest(BaseModel):
     ids: list[Annotated[StrictInt, Field(ge=0)]] = Field(min_length=1)
     max_tokens: StrictInt = Field(ge=1)
     sampling: dict[str, Any]
-    stop_ids: list[list[StrictInt]] | None = None
-    bad_ids: list[list[StrictInt]] | None = None
+    stop_ids: Optional[list[list[StrictInt]]] = None
+    bad_ids: Optional[list[list[StrictInt]]] = None
 
 
 class DetokenizeRequest(BaseModel):
@@ -43,7 +41,7 @@ class DetokenizeRequest(BaseModel):
     lengths: list[Annotated[StrictInt, Field(ge=0)]] = Field(min_length=1, max_length=4096)
 
 
-def _words(rows: list[list[int]] | None, name: str) -> np.ndarray | None:
+def _words(rows: Optional[list[list[int]]], name: str) -> Optional[np.ndarray]:
     if rows is None:
         return None
     if len(rows) != 2 or len(rows[0]) != len(rows[1]):
@@ -103,7 +101,7 @@ async def first_step(steps: AsyncIterator[Step]) -> AsyncIterator[Step]:
     return rest()
 
 
-def add_routes(app: FastAPI, gw: Gateway) -> None:
+def add_routes(app: FastAPI, gw: "Gateway") -> None:
     """POST /internal/v1/continue and /internal/v1/detokenize, for the fleet's key only."""
     settings = gw.settings
 
