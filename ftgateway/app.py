@@ -66,7 +66,7 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
         choices = [completion_chunk(ident, created, settings.model, r.text, r.finish_reason, logprobs=r.logprobs,
                                     index=i)["choices"][0] for i, r in enumerate(results)]  # fmt: skip
         return {"id": ident, "object": "text_completion", "created": created, "model": settings.model,
-                "choices": choices, "usage": billed}  # fmt: skip
+                "system_fingerprint": gw.fingerprint(), "choices": choices, "usage": billed}  # fmt: skip
 
     async def streamed(body: AnyRequest, jobs: list) -> StreamingResponse:
         began = time.monotonic()
@@ -87,7 +87,7 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
             return await streamed(body, [gw.job(generate)])
         result = await gw.generation.result(gw.job(generate))
         return chat.answer(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), settings.model, result.text,
-                           finish=result.finish_reason, usage=usage(result))  # fmt: skip
+                           finish=result.finish_reason, usage=usage(result), fingerprint=gw.fingerprint())  # fmt: skip
 
     @app.post("/generate")
     async def generate(body: GenerateRequest, _key: Caller):

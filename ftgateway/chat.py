@@ -131,10 +131,11 @@ def max_tokens(request: ChatRequest) -> int:
     return request.max_completion_tokens or request.max_tokens or 16
 
 
-def answer(ident: str, created: int, model: str, text: str, *, finish: str, usage: dict[str, int]) -> dict[str, Any]:
+def answer(ident: str, created: int, model: str, text: str, *, finish: str, usage: dict[str, int],
+           fingerprint: Optional[str] = None) -> dict[str, Any]:  # fmt: skip
     choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish}
-    return {"id": ident, "object": "chat.completion", "created": created, "model": model, "choices": [choice],
-            "usage": usage}  # fmt: skip
+    return {"id": ident, "object": "chat.completion", "created": created, "model": model,
+            "system_fingerprint": fingerprint, "choices": [choice], "usage": usage}  # fmt: skip
 
 
 def chunk(ident: str, created: int, model: str, delta: dict[str, str], finish: Optional[str], *, index: int = 0,

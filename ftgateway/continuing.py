@@ -139,16 +139,18 @@ class Continuing:
         for client in self._clients.values():
             await client.aclose()
 
-    def start(self) -> Continuation:
-        return Continuation(self)
+    def start(self, revision: str | None = None) -> Continuation:
+        """One request's continuations, of the generation that `revision` began (a peer that serves
+        another revision refuses it: an answer is all one revision's)."""
+        return Continuation(self, revision)
 
 
 class Continuation:
     """One request's continuations: the peers tried, the one that continues now (whose
     postprocessing decodes when this gateway has no local tokenizer), and how many there were."""
 
-    def __init__(self, continuing: Continuing) -> None:
-        self.continuing, self.count = continuing, 0
+    def __init__(self, continuing: Continuing, revision: str | None = None) -> None:
+        self.continuing, self.revision, self.count = continuing, revision, 0
         self.tried: list[str] = []
         self.peer: Peer | None = None
 
@@ -176,7 +178,8 @@ class Continuation:
             return
         body = {"model": self.continuing.model, "ids": ids.tolist(), "max_tokens": owed,
                 "sampling": dataclasses.asdict(continued_sampling(params, generated)),
-                "stop_ids": _word_list(tokens.stop_ids), "bad_ids": _word_list(tokens.bad_ids)}  # fmt: skip
+                "stop_ids": _word_list(tokens.stop_ids), "bad_ids": _word_list(tokens.bad_ids),
+                "revision": self.revision}  # fmt: skip
         reasons = []
         for peer in self._candidates():
             self.tried.append(peer.url)

@@ -281,7 +281,7 @@ class Generation:
                 moving.clock.failed()
                 if moving.moved is None:
                     moving.cause = f"the generation's tritonserver failed ({cause})"
-                    moving.moved = self.continuing.start()
+                    moving.moved = self.continuing.start(self.backend.transport.revision)
                     moving.decoder = self.backend if self.backend.decodes_offline else moving.moved
                 source = moving.moved.steps(tokens, last, job.max_tokens, job.params)
 

@@ -32,6 +32,8 @@ class ContinueRequest(BaseModel):
     sampling: dict[str, Any]
     stop_ids: Optional[list[list[StrictInt]]] = None
     bad_ids: Optional[list[list[StrictInt]]] = None
+    # The revision that began the generation (the origin's ftfleet_revision); None: unknown there.
+    revision: Optional[StrictStr] = None
 
 
 class DetokenizeRequest(BaseModel):
@@ -67,6 +69,15 @@ def continuation_of(body: ContinueRequest, model: str, context_length: int) -> t
     tokens = Tokens(ids=np.array([body.ids], dtype=np.uint32), count=len(body.ids),
                     stop_ids=_words(body.stop_ids, "stop_ids"), bad_ids=_words(body.bad_ids, "bad_ids"))  # fmt: skip
     return tokens, params
+
+
+def same_revision(origin: Optional[str], here: Optional[str]) -> None:
+    """The 409 that sends a continuation to another peer when this host serves another revision
+    than the one that began it (a rollout half-way): its tokens would go on with other weights.
+    Either side unknown (a repository written before ftfleet_revision): no refusal."""
+    if origin and here and origin != here:
+        raise ApiError(409, f"this host serves revision {here[:12]}, not {origin[:12]} that began the generation",
+                       param="revision", code="revision_differs")  # fmt: skip
 
 
 async def continued(steps: AsyncIterator[Step], count: int) -> AsyncIterator[str]:
@@ -115,6 +126,8 @@ def add_routes(app: FastAPI, gw: "Gateway") -> None:
         gw.follow_checkpoint()
         tokens, params = continuation_of(body, settings.model, settings.context_length)
         with upstream():
+            await gw.backend.decoupled()  # reads the revision tritonserver serves, once per start
+            same_revision(body.revision, gw.backend.transport.revision)
             steps = await first_step(gw.backend.generate(tokens, body.max_tokens, params))
         gw.metrics.continued_here.inc()
         return StreamingResponse(continued(steps, tokens.count), media_type="application/x-ndjson")

@@ -77,6 +77,14 @@ class Gateway:
             self.backend.invalidate()
             log.info("the checkpoint's tokenizer files changed: special tokens read again, tokenizer to verify again")
 
+    def fingerprint(self) -> Optional[str]:
+        """OpenAI's system_fingerprint: the revision whose shards tritonserver loaded ("fp_" and its
+        first 12 characters, a commit's short name), as read before this host's last inference;
+        null while unknown. A generation continued on another host keeps it: a peer of another
+        revision refuses to continue (internal.py)."""
+        revision = self.backend.transport.revision
+        return f"fp_{revision[:12]}" if revision else None
+
     def fail(self, err: ApiError, route: str) -> JSONResponse:
         return answer_error(self.metrics, err, route)
 
@@ -152,7 +160,8 @@ class Gateway:
         options = body.stream_options or {}
         include_usage = bool(options.get("include_usage"))
         continuous = include_usage and bool(options.get("continuous_usage_stats"))
-        extra = ({} if decoupled else {"ftfleet_streaming": BUFFERED}) | ({"usage": None} if include_usage else {})
+        extra = ({"system_fingerprint": self.fingerprint()} | ({} if decoupled else {"ftfleet_streaming": BUFFERED})
+                 | ({"usage": None} if include_usage else {}))  # fmt: skip
         counts = [Count(0, 0)] * count  # each choice's tokens so far
 
         def so_far() -> dict[str, Any]:

@@ -29,6 +29,10 @@ MODELS = ("preprocessing", "fastertransformer", "postprocessing")
 RECONNECT_BACKOFF_MS = (500, 2000)
 
 
+# The fastertransformer config's parameter that names the revision its shards were made from.
+REVISION_PARAMETER = "ftfleet_revision"
+
+
 def channel_args() -> list[tuple[str, int]]:
     """tritonclient's own channel options (message sizes, keepalive), with a short reconnect backoff."""
     keepalive = grpcclient.KeepAliveOptions()
@@ -90,6 +94,11 @@ class Triton:
         # What decoupled() read last, kept when tritonserver goes away: how a generation that
         # another host continues is streamed to its client (continuing.py).
         self.was_decoupled: bool | None = None
+        # The revision the loaded fastertransformer model was converted from (its config's
+        # ftfleet_revision parameter, which role triton_model_repo writes), read with decoupled:
+        # what answered, for OpenAI's system_fingerprint and a continuation's peer. None: not read
+        # yet, or a repository written without it.
+        self.revision: str | None = None
 
     def _forget(self) -> None:
         self._post_inputs = self._decoupled = None
@@ -125,8 +134,11 @@ class Triton:
         """Whether the fastertransformer model streams (decoupled): read once, not per request;
         forgotten with the other reads when tritonserver fails or restarts (_forget)."""
         if self._decoupled is None:
-            config = await self.client.get_model_config("fastertransformer", as_json=True, client_timeout=10)
-            policy = config.get("config", {}).get("model_transaction_policy", {})
+            config = (await self.client.get_model_config("fastertransformer", as_json=True,
+                                                         client_timeout=10)).get("config", {})  # fmt: skip
+            revision = config.get("parameters", {}).get(REVISION_PARAMETER, {}).get("string_value", "")
+            self.revision = revision or None
+            policy = config.get("model_transaction_policy", {})
             self._decoupled = self.was_decoupled = bool(policy.get("decoupled", False))
         return self._decoupled
 

@@ -26,6 +26,7 @@ pytest.importorskip("torch")
 from ftgateway.config import hash_key  # noqa: E402
 
 MODEL, KEY, FLEET_KEY = "tiny", "ftf-test-client-key", "ftf-test-fleet-key"
+REVISION = "89abcdef0123456789abcdef0123456789abcdef"  # the commit its shards were made from (ftfleet_revision)
 PROMPT = "Ansible automation that takes bare GPU hosts"
 TOKENS = 200  # a chat reply's length; the model's context is 256
 STEP_S = "0.02"
@@ -109,7 +110,7 @@ def pair(tmp_path_factory) -> Iterator[Pair]:
     work = tmp_path_factory.mktemp("continuation")
     checkpoint = work / "checkpoint"
     tiny_model("gpt", checkpoint)
-    repo = gpt_repository(work, checkpoint, tp=1, decoupled=True)
+    repo = gpt_repository(work, checkpoint, tp=1, decoupled=True, revision=REVISION)
     (work / "keys.json").write_text(json.dumps({"keys": [{"name": "client", "sha256": hash_key(KEY)}]}))
     (work / "fleet.key").write_text(FLEET_KEY + "\n")
     found = Pair(work, repo, checkpoint, Host("a"), Host("b"))
@@ -285,6 +286,13 @@ def test_the_internal_routes_take_the_fleet_key_only(pair, uninterrupted):
     long = httpx.post(pair.b.url + "/internal/v1/continue", json={**request, "max_tokens": 254}, timeout=30,
                       headers=fleet)  # fmt: skip
     assert (long.status_code, long.json()["error"]["code"]) == (400, "context_length_exceeded")
+    # A generation another revision began goes on elsewhere: its tokens would go on with other weights.
+    other = httpx.post(pair.b.url + "/internal/v1/continue", json={**request, "revision": "f" * 40}, timeout=30,
+                       headers=fleet)  # fmt: skip
+    assert (other.status_code, other.json()["error"]["code"]) == (409, "revision_differs")
+    same = httpx.post(pair.b.url + "/internal/v1/continue", json={**request, "revision": REVISION}, timeout=30,
+                      headers=fleet)  # fmt: skip
+    assert same.status_code == 200, same.text
 
 
 def _kill_after(pair: Pair, host: Host, seconds: float):

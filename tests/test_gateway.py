@@ -40,6 +40,7 @@ H2O_TEMPLATE = (
     "{% elif m.role == 'user' %}<human>: {{ m.content }}\n{% else %}<bot>: {{ m.content }}\n{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}<bot>:{% endif %}"
 )
+REVISION = "0123456789abcdef0123456789abcdef01234567"  # the commit the repository's shards were made from
 CHAT = [{"role": "system", "content": "Ansible automation"}, {"role": "user", "content": "takes bare GPU hosts"}]
 CHAT_PROMPT = "Ansible automation\n<human>: takes bare GPU hosts\n<bot>:"
 
@@ -83,7 +84,7 @@ def front(request, tmp_path_factory) -> Iterator[Front]:
     work = tmp_path_factory.mktemp("front")
     checkpoint = work / "checkpoint"
     tokenizer, model = tiny_model("gpt", checkpoint)
-    repo = gpt_repository(work, checkpoint, tp=2, decoupled=request.param)
+    repo = gpt_repository(work, checkpoint, tp=2, decoupled=request.param, revision=REVISION)
     shards = repo / "fastertransformer" / "1" / "2-gpu"
     keys_file = work / "keys.json"
     keys = [{"name": "one", "sha256": hash_key(KEY)},
@@ -128,6 +129,18 @@ def test_a_greedy_completion_equals_transformers_with_usage(front):
     simple = front.post("/generate", {"prompt": PROMPT, "max_tokens": 12})
     assert simple.status_code == 200, simple.text
     assert simple.json()["text"] == choice["text"]
+
+
+def test_every_answer_names_the_revision_that_made_it(front):
+    """OpenAI's system_fingerprint: the revision in the fastertransformer config that tritonserver
+    loaded (role triton_model_repo writes it), in whole answers, chat answers and every chunk."""
+    fingerprint = "fp_" + REVISION[:12]
+    assert front.complete(max_tokens=4, temperature=0)["system_fingerprint"] == fingerprint
+    _, chunks = front.stream(max_tokens=4, temperature=0)
+    assert {c["system_fingerprint"] for c in chunks} == {fingerprint}
+    answer = front.post("/v1/chat/completions", {"model": MODEL, "messages": CHAT, "max_tokens": 4})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["system_fingerprint"] == fingerprint
 
 
 def test_streaming_returns_the_same_text_in_chunks(front):

@@ -158,6 +158,24 @@ def test_every_config_parses_with_tritons_schema_for_every_family(playbook, tmp_
         assert configs["preprocessing"].parameters["tokenizer_dir"].string_value == "/tokenizer"
 
 
+def test_the_config_names_the_revision_its_shards_were_made_from(playbook, tmp_path):
+    """ftfleet_revision (what the gateways name in their answers): ft_convert's published fact when
+    the role ran in this run; else the published shards' conversion.json; else none at all."""
+
+    def revision(root: Path, **extra) -> str | None:
+        rc, out = render(playbook, root, ["gpt"], **extra)
+        assert rc == 0, out
+        params = parse(root / "gpt" / "fastertransformer" / "config.pbtxt").parameters
+        return params["ftfleet_revision"].string_value if "ftfleet_revision" in params else None
+
+    assert revision(tmp_path / "none") is None
+    shards = tmp_path / "published" / "gpt" / "fastertransformer" / "1" / "2-gpu"
+    shards.mkdir(parents=True)
+    (shards / "conversion.json").write_text(json.dumps({"inputs": {"checkpoint": "a" * 40, "tp": 2}}))
+    assert revision(tmp_path / "published") == "a" * 40
+    assert revision(tmp_path / "published", ft_convert_revision="b" * 40) == "b" * 40
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [({"triton_model_repo_dynamic_batching": True, "triton_model_repo_sequence_batching": True},

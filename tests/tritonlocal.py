@@ -279,16 +279,19 @@ REPOSITORY_PLAY = """
 """
 
 
-def gpt_repository(work: Path, checkpoint: Path, *, tp: int, decoupled: bool, name: str = "tiny") -> Path:
+def gpt_repository(work: Path, checkpoint: Path, *, tp: int, decoupled: bool, name: str = "tiny",
+                   revision: str = "") -> Path:  # fmt: skip
     """work/repo: the gpt family's model repository as triton_model_repo writes it (the tokenizer
-    from `checkpoint`) and the checkpoint converted there for `tp`."""
+    from `checkpoint`; the fastertransformer config naming `revision`, as after ft_convert's plan)
+    and the checkpoint converted there for `tp`."""
     from ftnative.convert import convert  # noqa: PLC0415 - heavy; only the tests that serve a model load it
 
     repo = work / "repo"
     play = REPOSITORY_PLAY.format(name=name, repo=repo, checkpoint=checkpoint, decoupled=str(decoupled).lower())
     (work / "play.yml").write_text(play)
     done = run_playbook(work / "play.yml", "-i", "localhost,", "-e", f"fleet_tensor_para_size={tp}",
-                        "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
+                        "-e", f"ansible_python_interpreter={sys.executable}",
+                        *(["-e", f"ft_convert_revision={revision}"] if revision else []))  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     convert(checkpoint, repo / "fastertransformer" / "1", "gpt", tp, "fp32", log=lambda _m: None)
     return repo
