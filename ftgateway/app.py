@@ -9,16 +9,15 @@ from typing import Annotated, Optional
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from tritonclient.utils import InferenceServerException
 
 from . import chat, internal
 from .config import Key, Settings
-from .errors import ApiError, triton_error
+from .errors import ApiError
 from .middleware import BodyLimitAndCounts, Metrics
-from .protocol import AnyRequest, CompletionRequest, GenerateRequest, completion_chunk, usage, validation_error
-from .serving import Gateway, all_of, merged
+from .protocol import CompletionRequest, GenerateRequest, usage, validation_error
+from .serving import Gateway
 from .tokenizing import Tokenizing
 from .triton import Triton
 
@@ -50,48 +49,32 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
     async def invalid(_request: Request, err: RequestValidationError):
         return await api_error(_request, validation_error(err))
 
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, _key: Caller):
-        jobs = gw.jobs(body)  # one per prompt; choices numbered as OpenAI numbers them (prompt, then n)
-        ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        if (body.best_of or body.n) > 1:
-            searched = await all_of([gw.generation.search(job) for job in jobs])
-            results = [r for found, _billed in searched for r in found]
-            billed = {key: sum(b[key] for _, b in searched) for key in searched[0][1]}
-        elif not body.stream:
-            results = await all_of([gw.generation.result(job) for job in jobs])
-            billed = usage(*results)
-        else:
-            return await streamed(body, jobs)
-        choices = [completion_chunk(ident, created, settings.model, r.text, r.finish_reason, logprobs=r.logprobs,
-                                    index=i)["choices"][0] for i, r in enumerate(results)]  # fmt: skip
-        return {"id": ident, "object": "text_completion", "created": created, "model": settings.model,
-                "system_fingerprint": gw.fingerprint(), "choices": choices, "usage": billed}  # fmt: skip
+    def caller(key: Optional[Key]) -> str:
+        return key.name if key is not None else ""
 
-    async def streamed(body: AnyRequest, jobs: list) -> StreamingResponse:
-        began = time.monotonic()
-        items = await merged([gw.generation.run(job) for job in jobs])
-        try:
-            decoupled = await gw.backend.decoupled()
-        except InferenceServerException as err:
-            decoupled = gw.backend.transport.was_decoupled  # gone since: the generation went on elsewhere
-            if decoupled is None or not gw.continuing.enabled:
-                await items.aclose()
-                raise triton_error(err) from err
-        return gw.stream(body, items, len(jobs), decoupled, began)
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, asker: Caller):
+        return await gw.completion(body, caller(asker))
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: chat.ChatRequest, _key: Caller):
+    async def chat_completions(body: chat.ChatRequest, asker: Caller):
         generate = gw.chat_prompt(body)
+        job = gw.job(generate)
+        held = await gw.admission.hold(caller(asker))
         if body.stream:
-            return await streamed(body, [gw.job(generate)])
-        result = await gw.generation.result(gw.job(generate))
+            return await gw.streamed(body, [job], held)
+        try:
+            result = await gw.generation.result(job)
+        finally:
+            held.release()
         return chat.answer(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), settings.model, result.text,
                            finish=result.finish_reason, usage=usage(result), fingerprint=gw.fingerprint())  # fmt: skip
 
     @app.post("/generate")
-    async def generate(body: GenerateRequest, _key: Caller):
-        result = await gw.generation.result(gw.job(body))
+    async def generate(body: GenerateRequest, asker: Caller):
+        job = gw.job(body)
+        async with gw.admission.slot(caller(asker)):
+            result = await gw.generation.result(job)
         return {"model": settings.model, "prompt": body.prompt, "text": result.text,
                 "finish_reason": result.finish_reason, "usage": usage(result)}  # fmt: skip
 
@@ -115,6 +98,8 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
     @app.get("/metrics")
     async def prometheus():
         gw.metrics.local_tokenizer.set(1 if gw.backend.tokenizing_locally else 0)
+        gw.metrics.in_flight.set(gw.admission.taken)
+        gw.metrics.waiting.set(gw.admission.waiters)
         return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

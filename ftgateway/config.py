@@ -51,6 +51,12 @@ class Settings:
     peer_ca_file: str = ""
     fleet_key_file: str = ""
     continuations: int = 2
+    # Admission (admission.py): at most this many generations reach tritonserver at once (0: no
+    # bound); a request waits at most admission_wait_ms for a slot (the fleet's time-to-first-
+    # token objective), behind at most admission_queue others; otherwise it is refused at once.
+    max_in_flight: int = 0
+    admission_wait_ms: int = 1000
+    admission_queue: int = 0
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Settings:
@@ -64,9 +70,10 @@ class Settings:
             value = raw.get(name, known[name].default)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"setting {name!r} must be a positive integer, got {value!r}")
-        continuations = raw.get("continuations", known["continuations"].default)
-        if not isinstance(continuations, int) or isinstance(continuations, bool) or continuations < 0:
-            raise ConfigError(f"setting 'continuations' must be a whole number >= 0, got {continuations!r}")
+        for name in ("continuations", "max_in_flight", "admission_wait_ms", "admission_queue"):
+            value = raw.get(name, known[name].default)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"setting {name!r} must be a whole number >= 0, got {value!r}")
         try:
             raw = {**raw, "peers": peers_of(raw.get("peers", []))}
         except ValueError as err:

@@ -49,6 +49,15 @@ class Metrics:
                                               buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))  # fmt: skip
         self.continued_here = Counter("ftgateway_continued_for_peers", "Generations this gateway continued for "
                                       "another host's", registry=self.registry)  # fmt: skip
+        # Admission (admission.py): requests refused before they reached tritonserver, by reason;
+        # the generations running and waiting for a slot now (set at each scrape).
+        self.refused = Counter("ftgateway_refused", "Requests refused for want of capacity, by reason",
+                               ["reason"], registry=self.registry)  # fmt: skip
+        for reason in ("overloaded", "wait_timeout", "over_share"):
+            self.refused.labels(reason=reason)
+        self.in_flight = Gauge("ftgateway_in_flight", "Generations this gateway lets run on its tritonserver now",
+                               registry=self.registry)  # fmt: skip
+        self.waiting = Gauge("ftgateway_waiting", "Requests waiting for a generation slot now", registry=self.registry)
         self.local_tokenizer = Gauge("ftgateway_local_tokenizer", "1 when the gateway tokenizes and decodes "
                                      "itself (its tokenizer equals the models'), 0 when it calls them",
                                      registry=self.registry)  # fmt: skip

@@ -12,11 +12,14 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Optional, TypeVar
 
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
+from tritonclient.utils import InferenceServerException
 
 from . import chat
+from .admission import Admission, Held
 from .config import ConfigError, Keys, Settings
 from .continuing import Continuing
-from .errors import ApiError
+from .errors import ApiError, triton_error
 from .generation import Count, Generation, Job, Moved, Result, bad_words, banned_ids, min_length, stop_list
 from .middleware import Auth, Metrics, RateLimiter, answer_error
 from .protocol import (
@@ -46,6 +49,8 @@ class Gateway:
         self.keys = Keys(settings.keys_file, settings.default_rate_per_minute) if settings.keys_file else None
         self.metrics, self.limiter, self.started = Metrics(), RateLimiter(), int(time.time())
         self.auth = Auth(self.keys, settings.model, self.limiter)
+        self.admission = Admission(settings.max_in_flight, settings.admission_wait_ms / 1000, settings.admission_queue,
+                                   refused=lambda reason: self.metrics.refused.labels(reason=reason).inc())  # fmt: skip
         hidden = special_ids(settings.checkpoint_dir) if settings.checkpoint_dir else frozenset()
         try:
             self.continuing = Continuing(settings)
@@ -145,15 +150,58 @@ class Gateway:
                                logit_bias=body.logit_bias, min_tokens=body.min_tokens,
                                ignore_eos=body.ignore_eos)  # fmt: skip
 
+    async def completion(self, body: CompletionRequest, caller: str) -> Any:
+        """/v1/completions: a generation slot per prompt for `caller` (or its refusal), then the
+        whole answer, or its stream."""
+        jobs = self.jobs(body)  # one per prompt; choices numbered as OpenAI numbers them (prompt, then n)
+        held = await self.admission.hold(caller, len(jobs))
+        if body.stream and (body.best_of or body.n) == 1:
+            return await self.streamed(body, jobs, held)
+        ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        try:
+            if (body.best_of or body.n) > 1:
+                searched = await all_of([self.generation.search(job) for job in jobs])
+                results = [r for found, _billed in searched for r in found]
+                billed = {key: sum(b[key] for _, b in searched) for key in searched[0][1]}
+            else:
+                results = await all_of([self.generation.result(job) for job in jobs])
+                billed = usage(*results)
+        finally:
+            held.release()
+        model = self.settings.model
+        choices = [completion_chunk(ident, created, model, r.text, r.finish_reason, logprobs=r.logprobs,
+                                    index=i)["choices"][0] for i, r in enumerate(results)]  # fmt: skip
+        return {"id": ident, "object": "text_completion", "created": created, "model": model,
+                "system_fingerprint": self.fingerprint(), "choices": choices, "usage": billed}  # fmt: skip
+
+    async def streamed(self, body: AnyRequest, jobs: list[Job], slots: Held) -> StreamingResponse:
+        """The stream of `jobs` (stream() below), which gives `slots` back when it ends (here, when it
+        cannot begin)."""
+        began = time.monotonic()
+        try:
+            items = await merged([self.generation.run(job) for job in jobs])
+            try:
+                decoupled = await self.backend.decoupled()
+            except InferenceServerException as err:
+                decoupled = self.backend.transport.was_decoupled  # gone since: the generation went on elsewhere
+                if decoupled is None or not self.continuing.enabled:
+                    await items.aclose()
+                    raise triton_error(err) from err
+        except BaseException:
+            slots.release()
+            raise
+        return self.stream(body, items, len(jobs), decoupled, began, slots=slots)
+
     def stream(self, body: AnyRequest, items: AsyncIterator[tuple[int, str, Optional[Result], Count]], count: int,
-               decoupled: bool, began: float):  # fmt: skip
+               decoupled: bool, began: float, *, slots: Held):  # fmt: skip
         """Server-sent events in OpenAI's chunk shape (completions' or chat's), then [DONE], from
         `items`: (choice index, text delta, the Result with a choice's last item, the tokens so
         far) of `count` choices, their first items already awaited (merged() makes them of several
         generations). With stream_options.include_usage, as OpenAI specifies it: every chunk
         carries "usage": null, and one more chunk before [DONE] has no choices and the usage of
         every choice; with continuous_usage_stats too (vLLM's extra, which GuideLLM asks), every
-        chunk carries the usage so far of every choice instead of null."""
+        chunk carries the usage so far of every choice instead of null. The request's generation
+        slots (`slots`) are given back when the stream ends, however it ends."""
         chatting = isinstance(body, chat.ChatRequest)
         route = "/v1/chat/completions" if chatting else "/v1/completions"
         ident, created = f"{'chatcmpl' if chatting else 'cmpl'}-{uuid.uuid4().hex}", int(time.time())
@@ -208,12 +256,18 @@ class Gateway:
                 self.metrics.disconnects.inc()
                 self.metrics.requests.labels(route, "499").inc()
                 raise
+            finally:
+                slots.release()
             yield "data: [DONE]\n\n"
             self.metrics.requests.labels(route, status).inc()
             self.metrics.latency.labels(route).observe(time.monotonic() - began)
 
+        async def release() -> None:  # a coroutine: Starlette runs a plain function in a thread
+            slots.release()
+
         headers = {"Cache-Control": "no-cache", "X-FTFleet-Streaming": "tokens" if decoupled else "buffered"}
-        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers,
+                                 background=BackgroundTask(release))  # fmt: skip
 
 
 T = TypeVar("T")

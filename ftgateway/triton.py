@@ -10,6 +10,7 @@ whole sequence.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -99,6 +100,7 @@ class Triton:
         # what answered, for OpenAI's system_fingerprint and a continuation's peer. None: not read
         # yet, or a repository written without it.
         self.revision: str | None = None
+        self._watcher: asyncio.Task | None = None
 
     def _forget(self) -> None:
         self._post_inputs = self._decoupled = None
@@ -109,9 +111,26 @@ class Triton:
         """Made on first use, inside the server's event loop (a gRPC aio channel belongs to one loop)."""
         if self._client is None:
             self._client = grpcclient.InferenceServerClient(self.url, channel_args=channel_args())
+            # tritonclient keeps its channel private; its state is what tells a lost connection.
+            self._watcher = asyncio.ensure_future(self._watch(self._client._channel))
         return self._client
 
+    async def _watch(self, channel: grpc.aio.Channel) -> None:
+        """Forgets what was read whenever the channel's connection is lost: a tritonserver restarted
+        behind a drained host (no health check sees it down, no call fails: the channel just
+        connects again) may have loaded another repository (a rollout's new revision)."""
+        state = channel.get_state()
+        while True:
+            await channel.wait_for_state_change(state)
+            now = channel.get_state()
+            if state == grpc.ChannelConnectivity.READY and now != grpc.ChannelConnectivity.READY:
+                self._forget()
+            state = now
+
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
         if self._client is not None:
             await self._client.close()
 

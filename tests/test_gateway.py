@@ -41,6 +41,7 @@ H2O_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<bot>:{% endif %}"
 )
 REVISION = "0123456789abcdef0123456789abcdef01234567"  # the commit the repository's shards were made from
+NEXT_REVISION = "fedcba9876543210fedcba9876543210fedcba98"
 CHAT = [{"role": "system", "content": "Ansible automation"}, {"role": "user", "content": "takes bare GPU hosts"}]
 CHAT_PROMPT = "Ansible automation\n<human>: takes bare GPU hosts\n<bot>:"
 
@@ -1036,3 +1037,34 @@ def test_the_hosts_packages_are_pinned_from_their_lists(requirements):
     source = (ROOT / requirements).with_suffix(".in").read_text().splitlines()
     tops = {name(line) for line in source if line and not line.startswith("#")}
     assert tops <= {name(p) for p in pins}
+
+
+def test_a_tritonserver_restarted_with_another_revision_is_named_by_the_next_answer(tmp_path):
+    """A rollout restarts tritonserver behind a drained gateway: no health check sees it down and no
+    call fails (the gRPC channel connects again), yet the repository it loads is another revision's.
+    The channel's lost connection makes the gateway read the model's config again."""
+    checkpoint = tmp_path / "checkpoint"
+    tiny_model("gpt", checkpoint)
+    repo = gpt_repository(tmp_path, checkpoint, tp=1, decoupled=False, revision=REVISION)
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps({"keys": [{"name": "one", "sha256": hash_key(KEY)}]}))
+    with tritonserver(repo, tmp_path) as server:
+        ports = server
+        settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "keys_file": str(keys_file)}
+        proc, url = _gateway(settings, tmp_path)
+        try:
+            asked = {"model": MODEL, "prompt": PROMPT, "max_tokens": 2, "temperature": 0}
+            headers = {"Authorization": f"Bearer {KEY}"}
+            first = httpx.post(url + "/v1/completions", json=asked, headers=headers, timeout=60)
+            assert first.json()["system_fingerprint"] == "fp_" + REVISION[:12]
+            server.process.terminate()
+            server.process.wait(timeout=30)
+            config = repo / "fastertransformer" / "config.pbtxt"
+            config.write_text(config.read_text().replace(REVISION, NEXT_REVISION))
+            with tritonserver(repo, tmp_path, ports=ports):
+                second = httpx.post(url + "/v1/completions", json=asked, headers=headers, timeout=60)
+            assert second.status_code == 200, second.text
+            assert second.json()["system_fingerprint"] == "fp_" + NEXT_REVISION[:12]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)

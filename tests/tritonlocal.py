@@ -134,13 +134,14 @@ def stub_python(work: Path, python: Path | None) -> tuple[Path, str]:
 
 @contextlib.contextmanager
 def tritonserver(repo: Path, work: Path, python: Path | None = None,
-                 env: dict[str, str] | None = None) -> Iterator[Server]:  # fmt: skip
+                 env: dict[str, str] | None = None, ports: Server | None = None) -> Iterator[Server]:  # fmt: skip
     """Start tritonserver on 127.0.0.1 with `repo`, wait until ready, stop it afterwards.
 
     The Python backend runs on this machine's system python3 with this virtualenv's packages, or
     on `python`: a virtualenv of another Python (the serving images' 3.8 or 3.10) with its own,
     whose stub the wheel ships, whose libpython comes from its base interpreter (stub_python).
-    `env`: more of tritonserver's environment (the stand-in's FTNATIVE_STEP_SECONDS)."""
+    `env`: more of tritonserver's environment (the stand-in's FTNATIVE_STEP_SECONDS); `ports`:
+    those of an earlier server (a restart, as its unit's), else free ones."""
     import pytriton  # noqa: PLC0415
 
     server = Path(pytriton.__file__).parent / "tritonserver"
@@ -152,7 +153,8 @@ def tritonserver(repo: Path, work: Path, python: Path | None = None,
         shutil.copy(server / "python_backend_stubs" / version / "triton_python_backend_stub", backends / "python")
         (backends / "fastertransformer").mkdir()
         shutil.copy(ROOT / "ftnative" / "triton_model.py", backends / "fastertransformer" / "model.py")
-    ports = Server(free_port(), free_port(), free_port(), work / "tritonserver.log")
+    ports = Server(*((ports.http, ports.grpc, ports.metrics) if ports else (free_port(), free_port(), free_port())),
+                   work / "tritonserver.log")  # fmt: skip
     # The stub takes its prefix from the python3 on PATH (the virtualenv's, whose pyvenv.cfg
     # names its base) and links its base interpreter's libpython.
     libs = [str(site / "nvidia_pytriton.libs"), str(venv_home(stub).parent / "lib")]

@@ -107,7 +107,18 @@ def gateway_problems(v: Mapping[str, Any]) -> list[str]:
     problems += int_problems(v, 1, ("gateway_max_tokens", "gateway_rate_per_minute", "gateway_max_request_bytes",
                                      "gateway_request_timeout_s", "gateway_ready_timeout",
                                      "gateway_context_length_fallback"))  # fmt: skip
-    problems += int_problems(v, 0, ("gateway_context_length", "gateway_graceful_seconds", "gateway_continuations"))
+    problems += int_problems(
+        v,
+        0,
+        (
+            "gateway_context_length",
+            "gateway_graceful_seconds",
+            "gateway_continuations",
+            "gateway_max_in_flight",
+            "gateway_admission_wait_ms",
+            "gateway_admission_queue",
+        ),
+    )
     fleet_key = v.get("gateway_fleet_key", v.get("fleet_gateway_key", ""))
     if not isinstance(fleet_key, str) or (fleet_key and (len(fleet_key) < 16 or fleet_key != fleet_key.strip())):
         problems.append("fleet_gateway_key: the fleet's key must be a string of at least 16 characters without "

@@ -1,0 +1,193 @@
+"""Admission: how many generations this gateway lets reach its tritonserver at once, who waits for
+a slot and in which order, and who is told no at once.
+
+FT decodes one batch at a time per model instance: requests past what it batches queue inside
+tritonserver, where every client's time to first token grows together and a client that gives up
+has still cost GPU time. Here a request takes a slot per generation it asks (a list of prompts:
+one each) for as long as it is answered (a stream: until its end or its client leaves). With no
+slot free it waits, at most `wait_s` (the fleet's time-to-first-token objective: a request that
+cannot start within it would miss it anyway) and behind at most `queue` others; otherwise it is
+refused at once with 503 and Retry-After, in OpenAI's error shape, so that HAProxy or the client
+tries again where there is room.
+
+Fair between keys: a freed slot goes to the waiting key that holds the fewest slots (the oldest
+of its requests first), so a key that floods waits behind every other key's requests instead of
+ahead of them. A full queue makes room for a key that holds and waits for less than the key with
+the most: that key's newest waiter is refused (429, over its share). And a key that already holds
+its share of the slots (their number over the keys holding or waiting) is refused at once with 429
+while every slot is taken, rather than queued: what it asks past its share it gets from what the
+others leave."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from .errors import ApiError
+
+RETRY_AFTER_S = 1
+
+OVERLOADED, OVER_SHARE, WAITED = "overloaded", "over_share", "wait_timeout"
+
+
+def refusal(reason: str, message: str) -> ApiError:
+    """The answer to a request refused for `reason`: 429 for a key over its share, 503 otherwise;
+    both with Retry-After."""
+    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    if reason == OVER_SHARE:
+        return ApiError(429, message, kind="rate_limit_error", code="over_share", headers=headers)
+    return ApiError(503, message, kind="server_error", code=reason, headers=headers)
+
+
+@dataclass
+class _Waiter:
+    key: str
+    count: int
+    since: float
+    ready: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class Admission:
+    """The slots of one gateway. slots 0: no bound (every request goes through at once)."""
+
+    def __init__(self, slots: int, wait_s: float, queue: int,
+                 refused: Callable[[str], None] = lambda _reason: None) -> None:  # fmt: skip
+        if slots < 0 or queue < 0 or wait_s < 0:
+            raise ValueError("admission: slots, wait and queue must be >= 0")
+        self.slots, self.wait_s, self.queue, self.refused = slots, wait_s, queue, refused
+        self.taken = 0
+        self.held: collections.Counter[str] = collections.Counter()
+        self.waiting: dict[str, collections.deque[_Waiter]] = collections.defaultdict(collections.deque)
+
+    @property
+    def waiters(self) -> int:
+        return sum(len(q) for q in self.waiting.values())
+
+    def active(self) -> set[str]:
+        """The keys that hold or wait for a slot."""
+        return {k for k, n in self.held.items() if n} | {k for k, q in self.waiting.items() if q}
+
+    def share(self, key: str) -> int:
+        """Each key's share of the slots: their number over the keys that hold or wait for one, `key` too."""
+        return max(1, math.ceil(self.slots / len(self.active() | {key})))
+
+    def _refuse(self, reason: str, message: str) -> ApiError:
+        self.refused(reason)
+        return refusal(reason, message)
+
+    async def hold(self, key: str, count: int = 1) -> Held:
+        """`count` slots for `key` (see take), given back by the Held's release()."""
+        await self.take(key, count)
+        return Held(self, key, count)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, key: str, count: int = 1) -> AsyncIterator[None]:
+        """Holds `count` slots for `key` while the block runs (waits for them, or raises the refusal)."""
+        await self.take(key, count)
+        try:
+            yield
+        finally:
+            self.give_back(key, count)
+
+    async def take(self, key: str, count: int = 1) -> None:
+        """`count` slots for `key` (at most all of them), now or after a wait; ApiError when refused."""
+        if not self.slots:
+            return
+        count = min(count, self.slots)
+        if self.taken + count <= self.slots and not self.waiters:
+            self._hold(key, count)
+            return
+        if self.active() - {key} and self.held[key] + count > self.share(key):
+            raise self._refuse(OVER_SHARE, f"every one of this host's {self.slots} generation slots is taken and "
+                               f"this key holds {self.held[key]}, its share: retry, or send fewer at once")  # fmt: skip
+        if self.waiters >= self.queue and not self._make_room(key):
+            raise self._refuse(OVERLOADED, f"this host is at capacity: {self.slots} generations run and "
+                               f"{self.waiters} wait; retry shortly or on another host")  # fmt: skip
+        waiter = _Waiter(key, count, time.monotonic())
+        self.waiting[key].append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.ready), self.wait_s)
+        except asyncio.TimeoutError:
+            if waiter.ready.done() and not waiter.ready.cancelled() and waiter.ready.exception() is None:
+                return  # given its slots just as the wait ran out: keep them
+            self._forget(waiter)
+            raise self._refuse(
+                WAITED,
+                f"no generation slot came free within {self.wait_s * 1000:.0f} ms (the "
+                "fleet's time-to-first-token objective); retry shortly or on another host",
+            ) from None
+        except asyncio.CancelledError:  # the client left while it waited
+            if waiter.ready.done() and not waiter.ready.cancelled() and waiter.ready.exception() is None:
+                self.give_back(key, count)
+            else:
+                self._forget(waiter)
+            raise
+        # A waiter pushed out by a lighter key is told so through its future.
+        waiter.ready.result()
+
+    def give_back(self, key: str, count: int = 1) -> None:
+        if not self.slots:
+            return
+        count = min(count, self.slots)
+        self.taken -= count
+        self.held[key] -= count
+        if self.held[key] <= 0:
+            del self.held[key]
+        self._wake()
+
+    def _hold(self, key: str, count: int) -> None:
+        self.taken += count
+        self.held[key] += count
+
+    def _wake(self) -> None:
+        """Free slots to the waiting keys that hold the fewest, each key's oldest request first."""
+        while True:
+            keys = [k for k, q in self.waiting.items() if q]
+            if not keys:
+                return
+            key = min(keys, key=lambda k: (self.held[k], self.waiting[k][0].since))
+            waiter = self.waiting[key][0]
+            if self.taken + waiter.count > self.slots:
+                return
+            self.waiting[key].popleft()
+            self._hold(key, waiter.count)
+            waiter.ready.set_result(None)
+
+    def _forget(self, waiter: _Waiter) -> None:
+        with contextlib.suppress(ValueError):
+            self.waiting[waiter.key].remove(waiter)
+
+    def _make_room(self, key: str) -> bool:
+        """With the queue full: the newest waiter of the key that holds and waits for the most,
+        refused as over its share, when that is more than `key` holds and waits for."""
+
+        def weight(k: str) -> int:
+            return self.held[k] + sum(w.count for w in self.waiting[k])
+
+        heaviest = max((k for k, q in self.waiting.items() if q), key=weight, default=None)
+        if heaviest is None or heaviest == key or weight(heaviest) <= weight(key):
+            return False
+        pushed = self.waiting[heaviest].pop()
+        self.refused(OVER_SHARE)
+        pushed.ready.set_exception(refusal(OVER_SHARE, "this key's request waited while others asked within their "
+                                           "share: retry, or send fewer at once"))  # fmt: skip
+        return True
+
+
+class Held:
+    """The slots one request holds, given back once: by whichever comes first of the end of its
+    answer and the end of its response (a stream's generator never started when its client left
+    before the first byte: the response's background task gives them back then)."""
+
+    def __init__(self, admission: Admission, key: str, count: int) -> None:
+        self.admission, self.key, self.count, self.released = admission, key, count, False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.admission.give_back(self.key, self.count)

@@ -1,0 +1,97 @@
+"""Admission on a real gateway (ftgateway/admission.py) in front of a real tritonserver (the CPU
+stand-in as fastertransformer, slowed to a GPU's pace per step): with two generation slots and a
+queue of two, a key that floods is answered, queued and refused by the rules, a second key gets in
+ahead of the flood's queue, every refusal is OpenAI's error with Retry-After, and no slot is left
+taken. Bounded: eight requests in all. No wall-clock bound is asserted; the figures are printed."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+from pathlib import Path
+
+import pytest
+from tritonlocal import gpt_repository, start_gateway, tiny_model, tritonserver
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("pytriton")
+pytest.importorskip("torch")
+
+from ftgateway.config import hash_key  # noqa: E402
+
+MODEL, FLOOD, LIGHT = "tiny", "ftf-test-flood-key", "ftf-test-light-key"
+PROMPT = "Ansible automation that takes bare GPU hosts"
+
+
+def metric(url: str, line_start: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"no {line_start} in /metrics")
+
+
+def ask(url: str, key: str) -> tuple[int, dict, dict, float]:
+    """(status, body, headers, seconds) of one greedy completion."""
+    began = time.monotonic()
+    answer = httpx.post(url + "/v1/completions", timeout=120, headers={"Authorization": f"Bearer {key}"},
+                        json={"model": MODEL, "prompt": PROMPT, "max_tokens": 32, "temperature": 0,
+                              "ignore_eos": True})  # fmt: skip
+    return answer.status_code, answer.json(), dict(answer.headers), time.monotonic() - began
+
+
+def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_path: Path):
+    checkpoint = tmp_path / "checkpoint"
+    tiny_model("gpt", checkpoint)
+    repo = gpt_repository(tmp_path, checkpoint, tp=1, decoupled=True)  # the stand-in paces a decoupled model's steps
+    keys = [{"name": "flood", "sha256": hash_key(FLOOD)}, {"name": "light", "sha256": hash_key(LIGHT)}]
+    (tmp_path / "keys.json").write_text(json.dumps({"keys": keys}))
+    with tritonserver(repo, tmp_path, env={"FTNATIVE_STEP_SECONDS": "0.1"}) as server:
+        settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "context_length": 128,
+                    "max_tokens_limit": 64, "keys_file": str(tmp_path / "keys.json"), "max_in_flight": 2,
+                    "admission_wait_ms": 60000, "admission_queue": 2}  # fmt: skip
+        proc, url, log = start_gateway(settings, tmp_path)
+        try:
+            assert ask(url, LIGHT)[0] == 200  # warm: the model's first answer
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                flood = [pool.submit(ask, url, FLOOD) for _ in range(6)]
+                deadline = time.monotonic() + 60
+                # Two run and two wait (the other two were refused at once); then the light key asks.
+                while metric(url, 'ftgateway_refused_total{reason="overloaded"}') < 2:
+                    assert time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.05)
+                light = pool.submit(ask, url, LIGHT)
+                answers = [f.result() for f in flood]
+                light_answer = light.result()
+            statuses = sorted(a[0] for a in answers)
+            codes = sorted(a[1].get("error", {}).get("code", "") for a in answers if a[0] != 200)
+            print(f"flood: {[(a[0], round(a[3], 2)) for a in answers]}; light: {light_answer[0]}, "
+                  f"{light_answer[3]:.2f} s")  # fmt: skip
+            # Two ran, one queued request of the flood's gave its place to the light key (429), two
+            # were refused at once (503: the queue was full of the flood's own), one waited and ran.
+            assert statuses == [200, 200, 200, 429, 503, 503], answers
+            assert codes == ["over_share", "overloaded", "overloaded"]
+            assert light_answer[0] == 200, light_answer
+            for status, body, headers, _ in answers:
+                if status != 200:
+                    assert headers.get("retry-after") == "1"
+                    assert set(body["error"]) == {"message", "type", "param", "code"}
+            assert metric(url, 'ftgateway_refused_total{reason="over_share"}') == 1
+            assert metric(url, 'ftgateway_refused_total{reason="overloaded"}') == 2
+            assert metric(url, "ftgateway_in_flight") == 0
+            assert metric(url, "ftgateway_waiting") == 0
+            # A stream holds its slot while it runs; a client that leaves mid-stream gives it back.
+            streamed = {"model": MODEL, "prompt": PROMPT, "max_tokens": 32, "stream": True, "ignore_eos": True}
+            with httpx.stream("POST", url + "/v1/completions", json=streamed, timeout=60,
+                              headers={"Authorization": f"Bearer {LIGHT}"}) as answer:  # fmt: skip
+                lines = answer.iter_lines()  # kept: a closed iterator closes the response
+                first = next(line for line in lines if line.startswith("data: {"))
+                assert json.loads(first[6:])["choices"][0]["text"]
+                assert metric(url, "ftgateway_in_flight") == 1
+            deadline = time.monotonic() + 60
+            while metric(url, "ftgateway_in_flight") != 0:
+                assert time.monotonic() < deadline, "the stream's slot was never given back"
+                time.sleep(0.1)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)

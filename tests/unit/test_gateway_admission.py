@@ -1,0 +1,180 @@
+"""ftgateway.admission: slots, the wait for one, refusals and fairness between keys (in one event
+loop, no server)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ftgateway.admission import Admission
+from ftgateway.errors import ApiError
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_without_a_bound_every_request_goes_through():
+    async def main():
+        admission = Admission(0, 0.01, 0)
+        for _ in range(100):
+            await admission.take("a")
+        return admission.taken
+
+    assert run(main()) == 0
+
+
+def test_requests_within_the_slots_go_at_once_and_the_next_waits_for_one():
+    async def main():
+        refused = []
+        admission = Admission(2, 5.0, 4, refused.append)
+        await admission.take("a")
+        await admission.take("a")
+        third = asyncio.ensure_future(admission.take("a"))
+        await settle()
+        assert not third.done()
+        assert admission.waiters == 1
+        admission.give_back("a")
+        await asyncio.wait_for(third, 1)
+        return admission.taken, admission.waiters, refused
+
+    assert run(main()) == (2, 0, [])
+
+
+def test_a_request_that_cannot_start_within_the_wait_is_refused_with_retry_after():
+    async def main():
+        refused = []
+        admission = Admission(1, 0.05, 4, refused.append)
+        await admission.take("a")
+        with pytest.raises(ApiError) as err:
+            await admission.take("a")
+        return err.value, admission.waiters, admission.taken, refused
+
+    err, waiters, taken, refused = run(main())
+    assert (err.status, err.code, err.headers["Retry-After"]) == (503, "wait_timeout", "1")
+    assert "50 ms" in err.message
+    assert (waiters, taken, refused) == (0, 1, ["wait_timeout"])
+
+
+def test_a_full_queue_refuses_at_once():
+    async def main():
+        refused = []
+        admission = Admission(1, 5.0, 1, refused.append)
+        await admission.take("a")
+        waiting = asyncio.ensure_future(admission.take("a"))
+        await settle()
+        with pytest.raises(ApiError) as err:
+            await admission.take("a")
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        return err.value, refused, admission.waiters
+
+    err, refused, waiters = run(main())
+    assert (err.status, err.code) == (503, "overloaded")
+    assert (refused, waiters) == (["overloaded"], 0)
+
+
+def test_a_freed_slot_goes_to_the_key_that_holds_fewest_before_a_floods_older_requests():
+    async def main():
+        admission = Admission(2, 5.0, 8)
+        await admission.take("flood")
+        await admission.take("flood")
+        order = []
+
+        async def ask(key: str) -> None:
+            await admission.take(key)
+            order.append(key)
+
+        flood = [asyncio.ensure_future(ask("flood")) for _ in range(2)]
+        await settle()
+        light = asyncio.ensure_future(ask("light"))
+        await settle()
+        admission.give_back("flood")
+        await settle()
+        admission.give_back("flood")
+        await settle()
+        admission.give_back("light")
+        await settle()
+        await asyncio.wait_for(asyncio.gather(light, *flood), 1)
+        return order
+
+    assert run(main()) == ["light", "flood", "flood"]
+
+
+def test_a_key_over_its_share_is_refused_at_once_while_another_waits():
+    async def main():
+        refused = []
+        admission = Admission(4, 5.0, 8, refused.append)
+        for _ in range(4):
+            await admission.take("flood")
+        light = asyncio.ensure_future(admission.take("light"))
+        await settle()
+        with pytest.raises(ApiError) as err:
+            await admission.take("flood")
+        admission.give_back("flood")
+        await asyncio.wait_for(light, 1)
+        return err.value, refused, dict(admission.held)
+
+    err, refused, held = run(main())
+    assert (err.status, err.code, err.kind) == (429, "over_share", "rate_limit_error")
+    assert refused == ["over_share"]
+    assert held == {"flood": 3, "light": 1}
+
+
+def test_a_full_queue_makes_room_for_a_lighter_key_by_refusing_the_heaviests_newest():
+    async def main():
+        refused = []
+        admission = Admission(1, 5.0, 2, refused.append)
+        await admission.take("flood")
+        first, newest = (asyncio.ensure_future(admission.take("flood")) for _ in range(2))
+        await settle()
+        light = asyncio.ensure_future(admission.take("light"))
+        await settle()
+        with pytest.raises(ApiError) as err:
+            await newest
+        admission.give_back("flood")  # to the older of the two waiters, as both keys hold none
+        await asyncio.wait_for(first, 1)
+        admission.give_back("flood")
+        await asyncio.wait_for(light, 1)
+        return err.value, refused, dict(admission.held), admission.waiters
+
+    err, refused, held, waiters = run(main())
+    assert (err.status, err.code) == (429, "over_share")
+    assert refused == ["over_share"]
+    assert (held, waiters) == ({"light": 1}, 0)
+
+
+def test_a_client_that_leaves_while_it_waits_leaves_no_slot_taken():
+    async def main():
+        admission = Admission(1, 5.0, 4)
+        async with admission.slot("a"):
+            waiting = asyncio.ensure_future(admission.take("b"))
+            await settle()
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+        return admission.taken, admission.waiters, dict(admission.held)
+
+    assert run(main()) == (0, 0, {})
+
+
+def test_a_request_of_several_generations_takes_a_slot_for_each():
+    async def main():
+        admission = Admission(4, 0.05, 4)
+        async with admission.slot("a", 3):
+            assert admission.taken == 3
+            with pytest.raises(ApiError):
+                await admission.take("a", 2)
+        return admission.taken
+
+    assert run(main()) == 0
+
+
+def test_bad_bounds_are_refused():
+    with pytest.raises(ValueError, match="must be >= 0"):
+        Admission(-1, 1.0, 0)
