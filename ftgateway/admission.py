@@ -28,11 +28,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from .errors import ApiError
-
-RETRY_AFTER_S = 1
+from .errors import RETRY_AFTER_S, ApiError
 
 OVERLOADED, OVER_SHARE, WAITED = "overloaded", "over_share", "wait_timeout"
+REASONS = (OVERLOADED, WAITED, OVER_SHARE)
 
 
 def refusal(reason: str, message: str) -> ApiError:
@@ -50,6 +49,10 @@ class _Waiter:
     count: int
     since: float
     ready: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def granted(self) -> bool:
+        """Whether its slots were given to it (not pushed out, not waiting still)."""
+        return self.ready.done() and not self.ready.cancelled() and self.ready.exception() is None
 
 
 class Admission:
@@ -88,11 +91,11 @@ class Admission:
     @contextlib.asynccontextmanager
     async def slot(self, key: str, count: int = 1) -> AsyncIterator[None]:
         """Holds `count` slots for `key` while the block runs (waits for them, or raises the refusal)."""
-        await self.take(key, count)
+        held = await self.hold(key, count)
         try:
             yield
         finally:
-            self.give_back(key, count)
+            held.release()
 
     async def take(self, key: str, count: int = 1) -> None:
         """`count` slots for `key` (at most all of them), now or after a wait; ApiError when refused."""
@@ -113,7 +116,7 @@ class Admission:
         try:
             await asyncio.wait_for(asyncio.shield(waiter.ready), self.wait_s)
         except asyncio.TimeoutError:
-            if waiter.ready.done() and not waiter.ready.cancelled() and waiter.ready.exception() is None:
+            if waiter.granted():
                 return  # given its slots just as the wait ran out: keep them
             self._forget(waiter)
             raise self._refuse(
@@ -122,7 +125,7 @@ class Admission:
                 "fleet's time-to-first-token objective); retry shortly or on another host",
             ) from None
         except asyncio.CancelledError:  # the client left while it waited
-            if waiter.ready.done() and not waiter.ready.cancelled() and waiter.ready.exception() is None:
+            if waiter.granted():
                 self.give_back(key, count)
             else:
                 self._forget(waiter)
@@ -155,24 +158,32 @@ class Admission:
             if self.taken + waiter.count > self.slots:
                 return
             self.waiting[key].popleft()
+            self._tidy(key)
             self._hold(key, waiter.count)
             waiter.ready.set_result(None)
 
     def _forget(self, waiter: _Waiter) -> None:
         with contextlib.suppress(ValueError):
-            self.waiting[waiter.key].remove(waiter)
+            self.waiting.get(waiter.key, collections.deque()).remove(waiter)
+        self._tidy(waiter.key)
+
+    def _tidy(self, key: str) -> None:
+        """A key's queue goes once empty: a key seen once keeps nothing here."""
+        if not self.waiting.get(key):
+            self.waiting.pop(key, None)
 
     def _make_room(self, key: str) -> bool:
         """With the queue full: the newest waiter of the key that holds and waits for the most,
         refused as over its share, when that is more than `key` holds and waits for."""
 
         def weight(k: str) -> int:
-            return self.held[k] + sum(w.count for w in self.waiting[k])
+            return self.held[k] + sum(w.count for w in self.waiting.get(k, ()))
 
         heaviest = max((k for k, q in self.waiting.items() if q), key=weight, default=None)
         if heaviest is None or heaviest == key or weight(heaviest) <= weight(key):
             return False
         pushed = self.waiting[heaviest].pop()
+        self._tidy(heaviest)
         self.refused(OVER_SHARE)
         pushed.ready.set_exception(refusal(OVER_SHARE, "this key's request waited while others asked within their "
                                            "share: retry, or send fewer at once"))  # fmt: skip

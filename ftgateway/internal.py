@@ -126,8 +126,7 @@ def add_routes(app: FastAPI, gw: "Gateway") -> None:
         gw.follow_checkpoint()
         tokens, params = continuation_of(body, settings.model, settings.context_length)
         with upstream():
-            await gw.backend.decoupled()  # reads the revision tritonserver serves, once per start
-            same_revision(body.revision, gw.backend.transport.revision)
+            same_revision(body.revision, await gw.backend.transport.loaded_revision())
             steps = await first_step(gw.backend.generate(tokens, body.max_tokens, params))
         gw.metrics.continued_here.inc()
         return StreamingResponse(continued(steps, tokens.count), media_type="application/x-ndjson")

@@ -9,6 +9,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from .admission import REASONS
 from .config import Key, Keys
 from .errors import ApiError
 
@@ -53,7 +54,7 @@ class Metrics:
         # the generations running and waiting for a slot now (set at each scrape).
         self.refused = Counter("ftgateway_refused", "Requests refused for want of capacity, by reason",
                                ["reason"], registry=self.registry)  # fmt: skip
-        for reason in ("overloaded", "wait_timeout", "over_share"):
+        for reason in REASONS:
             self.refused.labels(reason=reason)
         self.in_flight = Gauge("ftgateway_in_flight", "Generations this gateway lets run on its tritonserver now",
                                registry=self.registry)  # fmt: skip

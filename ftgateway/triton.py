@@ -161,6 +161,11 @@ class Triton:
             self._decoupled = self.was_decoupled = bool(policy.get("decoupled", False))
         return self._decoupled
 
+    async def loaded_revision(self) -> str | None:
+        """The revision of the repository tritonserver loaded (read with decoupled())."""
+        await self.decoupled()
+        return self.revision
+
     async def tokenize(self, prompt: str, stop: list[str], max_tokens: int, bad: tuple[str, ...] = ()) -> Tokens:
         """The preprocessing model's tokens of the prompt, the stop words and the bad words."""
         inputs = [

@@ -160,7 +160,8 @@ def test_every_config_parses_with_tritons_schema_for_every_family(playbook, tmp_
 
 def test_the_config_names_the_revision_its_shards_were_made_from(playbook, tmp_path):
     """ftfleet_revision (what the gateways name in their answers): ft_convert's published fact when
-    the role ran in this run; else the published shards' conversion.json; else none at all."""
+    its plan ran in this run; else what its serving read found; else the published shards'
+    conversion.json; else none at all."""
 
     def revision(root: Path, **extra) -> str | None:
         rc, out = render(playbook, root, ["gpt"], **extra)
@@ -174,6 +175,8 @@ def test_the_config_names_the_revision_its_shards_were_made_from(playbook, tmp_p
     (shards / "conversion.json").write_text(json.dumps({"inputs": {"checkpoint": "a" * 40, "tp": 2}}))
     assert revision(tmp_path / "published") == "a" * 40
     assert revision(tmp_path / "published", ft_convert_revision="b" * 40) == "b" * 40
+    # Role canary's choice read the published shards already (ft_convert's serving): no second read.
+    assert revision(tmp_path / "published", ft_convert_serving={"checkpoint": "c" * 40}) == "c" * 40
 
 
 @pytest.mark.parametrize(
