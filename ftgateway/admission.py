@@ -8,7 +8,9 @@ one each) for as long as it is answered (a stream: until its end or its client l
 slot free it waits, at most `wait_s` (the fleet's time-to-first-token objective: a request that
 cannot start within it would miss it anyway) and behind at most `queue` others; otherwise it is
 refused at once with 503 and Retry-After, in OpenAI's error shape, so that HAProxy or the client
-tries again where there is room.
+tries again where there is room. It is also refused at once when the wait it would have, told
+from how long this gateway's generations have held their slots lately, is over `wait_s`: it would
+only wait to be refused.
 
 Fair between keys: a freed slot goes to the waiting key that holds the fewest slots (the oldest
 of its requests first), so a key that floods waits behind every other key's requests instead of
@@ -28,19 +30,21 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from .errors import RETRY_AFTER_S, ApiError
+from .errors import REFUSED_HEADER, RETRY_AFTER_S, ApiError, busy
 
 OVERLOADED, OVER_SHARE, WAITED = "overloaded", "over_share", "wait_timeout"
 REASONS = (OVERLOADED, WAITED, OVER_SHARE)
+# How much each finished generation moves the estimate of how long one holds its slot.
+HOLD_WEIGHT = 0.2
 
 
 def refusal(reason: str, message: str) -> ApiError:
     """The answer to a request refused for `reason`: 429 for a key over its share, 503 otherwise;
-    both with Retry-After."""
-    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    both with Retry-After and the reason in REFUSED_HEADER."""
     if reason == OVER_SHARE:
+        headers = {"Retry-After": str(RETRY_AFTER_S), REFUSED_HEADER: reason}
         return ApiError(429, message, kind="rate_limit_error", code="over_share", headers=headers)
-    return ApiError(503, message, kind="server_error", code=reason, headers=headers)
+    return busy(reason, message)
 
 
 @dataclass
@@ -64,6 +68,8 @@ class Admission:
             raise ValueError("admission: slots, wait and queue must be >= 0")
         self.slots, self.wait_s, self.queue, self.refused = slots, wait_s, queue, refused
         self.taken = 0
+        # Seconds a generation has held its slot lately (a moving average; 0 until one has ended).
+        self.hold_s = 0.0
         self.held: collections.Counter[str] = collections.Counter()
         self.waiting: dict[str, collections.deque[_Waiter]] = collections.defaultdict(collections.deque)
 
@@ -111,6 +117,11 @@ class Admission:
         if self.waiters >= self.queue and not self._make_room(key):
             raise self._refuse(OVERLOADED, f"this host is at capacity: {self.slots} generations run and "
                                f"{self.waiters} wait; retry shortly or on another host")  # fmt: skip
+        expected = self.expected_wait(key, count)
+        if expected > self.wait_s:
+            raise self._refuse(OVERLOADED, f"this host is at capacity: a slot would come free in about "
+                               f"{expected * 1000:.0f} ms, past the fleet's time-to-first-token objective "
+                               f"of {self.wait_s * 1000:.0f} ms; retry shortly or on another host")  # fmt: skip
         waiter = _Waiter(key, count, time.monotonic())
         self.waiting[key].append(waiter)
         try:
@@ -133,9 +144,24 @@ class Admission:
         # A waiter pushed out by a lighter key is told so through its future.
         waiter.ready.result()
 
-    def give_back(self, key: str, count: int = 1) -> None:
+    def expected_wait(self, key: str, count: int = 1) -> float:
+        """Seconds until `count` slots would come to a new request of `key`: the slots that the
+        waiters served before it (the keys holding fewer, then those holding as many: they are
+        older) and its own come free a round at a time, the first round half a hold away."""
+        if not self.hold_s:
+            return 0.0
+        mine = self.held[key]
+        ahead = sum(w.count for k, q in self.waiting.items() if self.held[k] <= mine for w in q)
+        rounds = math.ceil((ahead + count) / self.slots)
+        return self.hold_s * (rounds - 0.5)
+
+    def give_back(self, key: str, count: int = 1, held_s: float | None = None) -> None:
+        """`count` slots of `key` back, after `held_s` seconds (None: not a generation's end,
+        e.g. a refused waiter's)."""
         if not self.slots:
             return
+        if held_s is not None:
+            self.hold_s = held_s if not self.hold_s else self.hold_s + HOLD_WEIGHT * (held_s - self.hold_s)
         count = min(count, self.slots)
         self.taken -= count
         self.held[key] -= count
@@ -197,8 +223,9 @@ class Held:
 
     def __init__(self, admission: Admission, key: str, count: int) -> None:
         self.admission, self.key, self.count, self.released = admission, key, count, False
+        self.since = time.monotonic()
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self.admission.give_back(self.key, self.count)
+            self.admission.give_back(self.key, self.count, time.monotonic() - self.since)

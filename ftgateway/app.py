@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import chat, internal
 from .config import Key, Settings
-from .errors import ApiError
+from .errors import BUSY_STATUS_HEADER, REFUSED_HEADER, ApiError
 from .middleware import BodyLimitAndCounts, Metrics
 from .protocol import CompletionRequest, GenerateRequest, usage, validation_error
 from .serving import Gateway
@@ -41,7 +41,9 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
     app.add_middleware(BodyLimitAndCounts, metrics=gw.metrics, limit=settings.max_request_bytes)
 
     @app.exception_handler(ApiError)
-    async def api_error(_request: Request, err: ApiError):
+    async def api_error(request: Request, err: ApiError):
+        if err.status == 503 and REFUSED_HEADER in err.headers and request.headers.get(BUSY_STATUS_HEADER) == "429":
+            err.status = 429  # a busy refusal, for a load balancer that tells busy from broken by it
         gw.metrics.errors.labels(str(err.status), err.kind).inc()
         return err.response()
 

@@ -30,6 +30,15 @@ UNAVAILABLE = ("StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND")
 # load): nothing was generated either.
 UNLOADING = ("has no available versions",)
 RETRY_AFTER_S = 1
+# What tritonserver answers when its dynamic batcher's queue policy refuses a request (the queue
+# full, or the request's time in it over the policy's timeout): the host is busy, not broken.
+QUEUE_REFUSED = ("Exceeds maximum queue size", "Request timeout expired")
+# Busy refusals (admission.py, and tritonserver's queue policy) name their reason in this header. A
+# load balancer that asks with BUSY_STATUS_HEADER: 429 gets them as 429s: HAProxy's layer-7
+# observation takes a gateway out at its first 5xx, which must stay the sign of a broken host, not
+# a busy one; HAProxy gives the client its 503 back (roles/load_balancer).
+REFUSED_HEADER = "X-Ftfleet-Refused"
+BUSY_STATUS_HEADER = "X-Ftfleet-Busy-Status"
 
 
 def upstream_down(message: str) -> ApiError:
@@ -54,8 +63,18 @@ def continuation_failed(message: str) -> ApiError:
                     headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
 
 
+def busy(reason: str, message: str) -> ApiError:
+    """A refusal because this host is busy (`reason`: overloaded, wait_timeout): 503 with
+    Retry-After and REFUSED_HEADER."""
+    headers = {"Retry-After": str(RETRY_AFTER_S), REFUSED_HEADER: reason}
+    return ApiError(503, message, kind="server_error", code=reason, headers=headers)
+
+
 def triton_error(err: InferenceServerException) -> ApiError:
-    """503 with Retry-After when tritonserver is unavailable (retryable elsewhere), else 502."""
+    """A busy refusal when tritonserver's queue policy refused the request; 503 with Retry-After
+    when tritonserver is unavailable (retryable elsewhere); else 502."""
+    if any(words in (err.message() or "") for words in QUEUE_REFUSED):
+        return busy("overloaded", f"tritonserver's queue refused the request: {err.message()}")
     if str(err.status()) in UNAVAILABLE or any(words in (err.message() or "") for words in UNLOADING):
         return upstream_down(f"tritonserver unavailable: {err.message()}")
     return ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error")

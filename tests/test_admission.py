@@ -31,10 +31,12 @@ def metric(url: str, line_start: str) -> float:
     raise AssertionError(f"no {line_start} in /metrics")
 
 
-def ask(url: str, key: str) -> tuple[int, dict, dict, float]:
-    """(status, body, headers, seconds) of one greedy completion."""
+def ask(url: str, key: str, busy_status: str = "") -> tuple[int, dict, dict, float]:
+    """(status, body, headers, seconds) of one greedy completion; busy_status asks for busy
+    refusals as HAProxy does (X-Ftfleet-Busy-Status)."""
     began = time.monotonic()
-    answer = httpx.post(url + "/v1/completions", timeout=120, headers={"Authorization": f"Bearer {key}"},
+    headers = {"Authorization": f"Bearer {key}", **({"X-Ftfleet-Busy-Status": busy_status} if busy_status else {})}
+    answer = httpx.post(url + "/v1/completions", timeout=120, headers=headers,
                         json={"model": MODEL, "prompt": PROMPT, "max_tokens": 32, "temperature": 0,
                               "ignore_eos": True})  # fmt: skip
     return answer.status_code, answer.json(), dict(answer.headers), time.monotonic() - began
@@ -54,7 +56,8 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
         try:
             assert ask(url, LIGHT)[0] == 200  # warm: the model's first answer
             with concurrent.futures.ThreadPoolExecutor(8) as pool:
-                flood = [pool.submit(ask, url, FLOOD) for _ in range(6)]
+                # Every other request of the flood asks as HAProxy does, for busy refusals as 429s.
+                flood = [pool.submit(ask, url, FLOOD, "429" if i % 2 else "") for i in range(6)]
                 deadline = time.monotonic() + 60
                 # Two run and two wait (the other two were refused at once); then the light key asks.
                 while metric(url, 'ftgateway_refused_total{reason="overloaded"}') < 2:
@@ -63,7 +66,9 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
                 light = pool.submit(ask, url, LIGHT)
                 answers = [f.result() for f in flood]
                 light_answer = light.result()
-            statuses = sorted(a[0] for a in answers)
+            # As a client sees them (HAProxy turns a busy 429 back into the 503 it is).
+            statuses = sorted(503 if i % 2 and a[1].get("error", {}).get("code") in ("overloaded", "wait_timeout")
+                              else a[0] for i, a in enumerate(answers))  # fmt: skip
             codes = sorted(a[1].get("error", {}).get("code", "") for a in answers if a[0] != 200)
             print(f"flood: {[(a[0], round(a[3], 2)) for a in answers]}; light: {light_answer[0]}, "
                   f"{light_answer[3]:.2f} s")  # fmt: skip
@@ -72,10 +77,13 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
             assert statuses == [200, 200, 200, 429, 503, 503], answers
             assert codes == ["over_share", "overloaded", "overloaded"]
             assert light_answer[0] == 200, light_answer
-            for status, body, headers, _ in answers:
+            for i, (status, body, headers, _) in enumerate(answers):
                 if status != 200:
                     assert headers.get("retry-after") == "1"
                     assert set(body["error"]) == {"message", "type", "param", "code"}
+                    code = body["error"]["code"]
+                    assert headers.get("x-ftfleet-refused") == code  # what HAProxy tells busy from broken by
+                    assert status == (429 if i % 2 or code == "over_share" else 503), (i, status, code)
             assert metric(url, 'ftgateway_refused_total{reason="over_share"}') == 1
             assert metric(url, 'ftgateway_refused_total{reason="overloaded"}') == 2
             assert metric(url, "ftgateway_in_flight") == 0

@@ -105,7 +105,15 @@ def triton_model_repo_problems(v: Mapping[str, Any], model: Mapping[str, Any]) -
     """Settings of the model repository that Triton or the FT backend cannot serve (used by the
     role triton_model_repo too)."""
     problems = int_problems(v, 1, ("triton_model_repo_max_batch_size",))
-    problems += int_problems(v, 0, ("triton_model_repo_max_queue_delay_us",))
+    problems += int_problems(
+        v,
+        0,
+        (
+            "triton_model_repo_max_queue_delay_us",
+            "triton_model_repo_max_queue_size",
+            "triton_model_repo_queue_timeout_ms",
+        ),
+    )
     dynamic, sequence = v.get("triton_model_repo_dynamic_batching"), v.get("triton_model_repo_sequence_batching")
     batch, int8 = v.get("triton_model_repo_max_batch_size"), v.get("triton_model_repo_int8_mode", 0)
     if dynamic and sequence:

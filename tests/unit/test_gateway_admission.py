@@ -178,3 +178,46 @@ def test_a_request_of_several_generations_takes_a_slot_for_each():
 def test_bad_bounds_are_refused():
     with pytest.raises(ValueError, match="must be >= 0"):
         Admission(-1, 1.0, 0)
+
+
+def test_a_request_whose_expected_wait_is_over_the_objective_is_refused_at_once():
+    """Generations have held their slot 0.4 s lately: a new request behind one waiter would wait
+    about 0.6 s (half the running one, then the waiter's): past a 0.5 s objective it is told no at
+    once; one round (0.2 s) is let in to wait. A light key's estimate counts only the waiters served
+    before it."""
+
+    async def main():
+        refused = []
+        admission = Admission(1, 0.5, 8, refused.append)
+        await admission.take("a")
+        admission.give_back("a", held_s=0.4)
+        assert admission.hold_s == 0.4
+        await admission.take("a")  # the slot is free again: at once
+        assert admission.expected_wait("a") == pytest.approx(0.2)
+        first = asyncio.ensure_future(admission.take("a"))
+        await settle()
+        assert admission.expected_wait("a") == pytest.approx(0.6)
+        assert admission.expected_wait("light") == pytest.approx(0.2)  # "a" holds more: served after
+        with pytest.raises(ApiError) as err:
+            await admission.take("a")
+        first.cancel()
+        await settle()
+        return err.value, refused, admission.waiters
+
+    err, refused, waiters = run(main())
+    assert (err.status, err.code, err.headers["Retry-After"], err.headers["X-Ftfleet-Refused"]) == (
+        503, "overloaded", "1", "overloaded")  # fmt: skip
+    assert "about 600 ms" in err.message
+    assert refused == ["overloaded"]  # refused before any wait (a wait would end as wait_timeout)
+    assert waiters == 0
+
+
+def test_the_hold_estimate_follows_the_generations_as_a_moving_average():
+    admission = Admission(2, 1.0, 4)
+    admission._hold("a", 2)
+    admission.give_back("a", held_s=1.0)
+    admission.give_back("a", held_s=2.0)
+    assert admission.hold_s == pytest.approx(1.2)  # 1.0 + 0.2 x (2.0 - 1.0)
+    admission._hold("a", 1)
+    admission.give_back("a")  # a refused waiter's slot: no generation ended
+    assert admission.hold_s == pytest.approx(1.2)

@@ -174,7 +174,7 @@ HOSTVARS = {
 
 def test_one_backend_per_model_and_one_endpoint_for_all_with_ports_of_their_own_as_an_option():
     backends = load_balancer_backends(list(HOSTVARS), HOSTVARS, {"tiny": 18500}, 8090)
-    plain = {"tls": False, "bind": "0.0.0.0", "max_request_bytes": 65536}
+    plain = {"tls": False, "bind": "0.0.0.0", "max_request_bytes": 65536, "slots": 0, "maxconn": 0}
     assert backends == [
         {"model": "llama", "backend": "model_llama", "port": None,
          "servers": [{"name": "n3", "address": "n3:8080", "tls_name": "n3", **plain}]},
@@ -193,6 +193,27 @@ def test_one_backend_per_model_and_one_endpoint_for_all_with_ports_of_their_own_
     # each gateway's body limit, which the one endpoint's buffers must hold
     hosts = {"n1": {**HOSTVARS["n1"], "gateway_max_request_bytes": 1048576}}
     assert load_balancer_backends(list(hosts), hosts)[0]["servers"][0]["max_request_bytes"] == 1048576
+
+
+@pytest.mark.parametrize(
+    ("hostvars", "slots", "maxconn"),
+    [({}, 0, 0),  # no bound where nothing says one
+     ({"fleet_generation_slots": "1", "fleet_admission_queue": "4"}, 1, 5),  # the fleet's, as templated text
+     ({"fleet_generation_slots": 64, "fleet_admission_queue": 256, "gateway_admission_queue": 10}, 64, 74),
+     ({"fleet_generation_slots": 64, "gateway_max_in_flight": 0}, 0, 0),  # the gateway's own 0 turns it off
+     ({"gateway_max_in_flight": 3}, 3, 6)],  # no queue set: as many wait as run
+)  # fmt: skip
+def test_each_gateway_gets_at_most_what_it_runs_and_lets_wait(hostvars, slots, maxconn):
+    hosts = {"n1": {"fleet_model": {"name": "tiny"}, **hostvars}}
+    server = load_balancer_backends(list(hosts), hosts)[0]["servers"][0]
+    assert (server["slots"], server["maxconn"]) == (slots, maxconn)
+
+
+def test_a_bound_that_is_not_a_whole_number_is_named():
+    for bad, words in (("many", "not a whole number"), (-1, "out of range")):
+        hosts = {"n1": {"fleet_model": {"name": "tiny"}, "gateway_max_in_flight": bad}}
+        with pytest.raises(AnsibleFilterError, match=f"gateway_max_in_flight=.* on n1: {words}"):
+            load_balancer_backends(list(hosts), hosts)
 
 
 def _sha(key: str) -> str:
