@@ -8,9 +8,9 @@ one each) for as long as it is answered (a stream: until its end or its client l
 slot free it waits, at most `wait_s` (the fleet's time-to-first-token objective: a request that
 cannot start within it would miss it anyway) and behind at most `queue` others; otherwise it is
 refused at once with 503 and Retry-After, in OpenAI's error shape, so that HAProxy or the client
-tries again where there is room. It is also refused at once when the wait it would have, told
-from how long this gateway's generations have held their slots lately, is over `wait_s`: it would
-only wait to be refused.
+tries again where there is room. It is also refused at once when the wait it would have is over
+`wait_s` (it would only wait to be refused): told from when the running generations started and
+how long generations have held their slots lately.
 
 Fair between keys: a freed slot goes to the waiting key that holds the fewest slots (the oldest
 of its requests first), so a key that floods waits behind every other key's requests instead of
@@ -52,6 +52,7 @@ class _Waiter:
     key: str
     count: int
     since: float
+    started: float = 0.0  # when its slots were given to it
     ready: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def granted(self) -> bool:
@@ -70,6 +71,7 @@ class Admission:
         self.taken = 0
         # Seconds a generation has held its slot lately (a moving average; 0 until one has ended).
         self.hold_s = 0.0
+        self.started: list[float] = []  # when each taken slot was taken (monotonic seconds)
         self.held: collections.Counter[str] = collections.Counter()
         self.waiting: dict[str, collections.deque[_Waiter]] = collections.defaultdict(collections.deque)
 
@@ -91,8 +93,7 @@ class Admission:
 
     async def hold(self, key: str, count: int = 1) -> Held:
         """`count` slots for `key` (see take), given back by the Held's release()."""
-        await self.take(key, count)
-        return Held(self, key, count)
+        return Held(self, key, count, await self.take(key, count))
 
     @contextlib.asynccontextmanager
     async def slot(self, key: str, count: int = 1) -> AsyncIterator[None]:
@@ -103,14 +104,14 @@ class Admission:
         finally:
             held.release()
 
-    async def take(self, key: str, count: int = 1) -> None:
-        """`count` slots for `key` (at most all of them), now or after a wait; ApiError when refused."""
+    async def take(self, key: str, count: int = 1) -> float:
+        """`count` slots for `key` (at most all of them), now or after a wait; ApiError when refused.
+        Returns when they were taken (0 without a bound)."""
         if not self.slots:
-            return
+            return 0.0
         count = min(count, self.slots)
         if self.taken + count <= self.slots and not self.waiters:
-            self._hold(key, count)
-            return
+            return self._hold(key, count)
         if self.active() - {key} and self.held[key] + count > self.share(key):
             raise self._refuse(OVER_SHARE, f"every one of this host's {self.slots} generation slots is taken and "
                                f"this key holds {self.held[key]}, its share: retry, or send fewer at once")  # fmt: skip
@@ -128,7 +129,7 @@ class Admission:
             await asyncio.wait_for(asyncio.shield(waiter.ready), self.wait_s)
         except asyncio.TimeoutError:
             if waiter.granted():
-                return  # given its slots just as the wait ran out: keep them
+                return waiter.started  # given its slots just as the wait ran out: keep them
             self._forget(waiter)
             raise self._refuse(
                 WAITED,
@@ -143,35 +144,53 @@ class Admission:
             raise
         # A waiter pushed out by a lighter key is told so through its future.
         waiter.ready.result()
+        return waiter.started
 
-    def expected_wait(self, key: str, count: int = 1) -> float:
-        """Seconds until `count` slots would come to a new request of `key`: the slots that the
+    def expected_wait(self, key: str, count: int = 1, now: float | None = None) -> float:
+        """Seconds until `count` slots would come to a new request of `key`: each running
+        generation is expected to end a hold after it started (at once if it is past that); the
         waiters served before it (the keys holding fewer, then those holding as many: they are
-        older) and its own come free a round at a time, the first round half a hold away."""
-        if not self.hold_s:
+        older) take the first slots that free, and a slot serves a round more per hold."""
+        if not self.hold_s or not self.started:
             return 0.0
+        now = time.monotonic() if now is None else now
         mine = self.held[key]
         ahead = sum(w.count for k, q in self.waiting.items() if self.held[k] <= mine for w in q)
-        rounds = math.ceil((ahead + count) / self.slots)
-        return self.hold_s * (rounds - 0.5)
+        needed = ahead + count - (self.slots - self.taken)  # slots that must free before its last one
+        if needed <= 0:
+            return 0.0
+        ends = sorted(max(now, started + self.hold_s) for started in self.started)
+        rounds, index = divmod(needed - 1, len(ends))
+        return ends[index] + rounds * self.hold_s - now
 
-    def give_back(self, key: str, count: int = 1, held_s: float | None = None) -> None:
-        """`count` slots of `key` back, after `held_s` seconds (None: not a generation's end,
-        e.g. a refused waiter's)."""
+    def give_back(self, key: str, count: int = 1, since: float | None = None) -> None:
+        """`count` slots of `key` back, taken at `since`: a generation's end (Held.release), which
+        the hold estimate learns from. None: slots given back unused (a waiter granted them as its
+        client left)."""
         if not self.slots:
             return
-        if held_s is not None:
-            self.hold_s = held_s if not self.hold_s else self.hold_s + HOLD_WEIGHT * (held_s - self.hold_s)
         count = min(count, self.slots)
+        now = time.monotonic()
+        if since is not None:
+            held_s = now - since
+            self.hold_s = held_s if not self.hold_s else self.hold_s + HOLD_WEIGHT * (held_s - self.hold_s)
+        for _ in range(count):
+            if since is not None and since in self.started:
+                self.started.remove(since)
+            elif self.started:
+                self.started.pop()  # the newest: what an unused grant was given
         self.taken -= count
         self.held[key] -= count
         if self.held[key] <= 0:
             del self.held[key]
         self._wake()
 
-    def _hold(self, key: str, count: int) -> None:
+    def _hold(self, key: str, count: int) -> float:
+        now = time.monotonic()
         self.taken += count
         self.held[key] += count
+        self.started.extend([now] * count)
+        return now
 
     def _wake(self) -> None:
         """Free slots to the waiting keys that hold the fewest, each key's oldest request first."""
@@ -185,7 +204,7 @@ class Admission:
                 return
             self.waiting[key].popleft()
             self._tidy(key)
-            self._hold(key, waiter.count)
+            waiter.started = self._hold(key, waiter.count)
             waiter.ready.set_result(None)
 
     def _forget(self, waiter: _Waiter) -> None:
@@ -221,11 +240,10 @@ class Held:
     answer and the end of its response (a stream's generator never started when its client left
     before the first byte: the response's background task gives them back then)."""
 
-    def __init__(self, admission: Admission, key: str, count: int) -> None:
-        self.admission, self.key, self.count, self.released = admission, key, count, False
-        self.since = time.monotonic()
+    def __init__(self, admission: Admission, key: str, count: int, since: float) -> None:
+        self.admission, self.key, self.count, self.since, self.released = admission, key, count, since, False
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self.admission.give_back(self.key, self.count, time.monotonic() - self.since)
+            self.admission.give_back(self.key, self.count, self.since)

@@ -60,15 +60,18 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: chat.ChatRequest, asker: Caller):
+        arrived = time.monotonic()
         generate = gw.chat_prompt(body)
         job = gw.job(generate)
         held = await gw.admission.hold(caller(asker))
         if body.stream:
-            return await gw.streamed(body, [job], held)
+            return await gw.streamed(body, [job], held, arrived)
         try:
             result = await gw.generation.result(job)
         finally:
             held.release()
+        done = time.monotonic()
+        gw.judge(arrived, done, done, result.completion_tokens)
         return chat.answer(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), settings.model, result.text,
                            finish=result.finish_reason, usage=usage(result), fingerprint=gw.fingerprint())  # fmt: skip
 

@@ -57,6 +57,9 @@ class Settings:
     max_in_flight: int = 0
     admission_wait_ms: int = 1000
     admission_queue: int = 0
+    # The fleet's objectives: an answer that met both counts in ftgateway_good_total (goodput).
+    slo_ttft_ms: int = 1000
+    slo_itl_ms: int = 100
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Settings:
@@ -70,7 +73,8 @@ class Settings:
             value = raw.get(name, known[name].default)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"setting {name!r} must be a positive integer, got {value!r}")
-        for name in ("continuations", "max_in_flight", "admission_wait_ms", "admission_queue"):
+        for name in ("continuations", "max_in_flight", "admission_wait_ms", "admission_queue", "slo_ttft_ms",
+                     "slo_itl_ms"):  # fmt: skip
             value = raw.get(name, known[name].default)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"setting {name!r} must be a whole number >= 0, got {value!r}")

@@ -22,6 +22,9 @@ class Metrics:
         self.latency = Histogram("ftgateway_request_seconds", "Time to the last byte of the answer, by route",
                                  ["route"], registry=self.registry,
                                  buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))  # fmt: skip
+        self.good = Counter("ftgateway_good", "Answers that met the fleet's objectives: the first text within "
+                            "slo_ttft_ms of the request's arrival (a whole answer: all of it), and a mean time "
+                            "between its tokens within slo_itl_ms (goodput)", registry=self.registry)  # fmt: skip
         self.first_token = Histogram("ftgateway_time_to_first_token_seconds", "Time to the first streamed text",
                                      registry=self.registry,
                                      buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))  # fmt: skip

@@ -153,10 +153,11 @@ class Gateway:
     async def completion(self, body: CompletionRequest, caller: str) -> Any:
         """/v1/completions: a generation slot per prompt for `caller` (or its refusal), then the
         whole answer, or its stream."""
+        arrived = time.monotonic()
         jobs = self.jobs(body)  # one per prompt; choices numbered as OpenAI numbers them (prompt, then n)
         held = await self.admission.hold(caller, len(jobs))
         if body.stream and (body.best_of or body.n) == 1:
-            return await self.streamed(body, jobs, held)
+            return await self.streamed(body, jobs, held, arrived)
         ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         try:
             if (body.best_of or body.n) > 1:
@@ -168,16 +169,35 @@ class Gateway:
                 billed = usage(*results)
         finally:
             held.release()
+        done = time.monotonic()
+        self.judge(arrived, done, done, billed["completion_tokens"])
         model = self.settings.model
         choices = [completion_chunk(ident, created, model, r.text, r.finish_reason, logprobs=r.logprobs,
                                     index=i)["choices"][0] for i, r in enumerate(results)]  # fmt: skip
         return {"id": ident, "object": "text_completion", "created": created, "model": model,
                 "system_fingerprint": self.fingerprint(), "choices": choices, "usage": billed}  # fmt: skip
 
-    async def streamed(self, body: AnyRequest, jobs: list[Job], slots: Held) -> StreamingResponse:
+    def judge(self, arrived: float, first: float, done: float, tokens: int) -> None:
+        """Counts an answer in goodput when it met the fleet's objectives: its first text within
+        slo_ttft_ms of its arrival, and a mean time between tokens within slo_itl_ms."""
+        between = (done - first) / (tokens - 1) if tokens > 1 else 0.0
+        if first - arrived <= self.settings.slo_ttft_ms / 1000 and between <= self.settings.slo_itl_ms / 1000:
+            self.metrics.good.inc()
+
+    def ended(self, route: str, status: str, began: float, first: Optional[float], results: list[Result]) -> None:
+        """A stream's end in the metrics: its status and time, and whether it met the objectives
+        (`first`: when its first text went out, None without text)."""
+        self.metrics.requests.labels(route, status).inc()
+        done = time.monotonic()
+        self.metrics.latency.labels(route).observe(done - began)
+        if status == "200" and first is not None:
+            self.judge(began, first, done, sum(r.completion_tokens for r in results))
+
+    async def streamed(self, body: AnyRequest, jobs: list[Job], slots: Held,
+                       arrived: Optional[float] = None) -> StreamingResponse:  # fmt: skip
         """The stream of `jobs` (stream() below), which gives `slots` back when it ends (here, when it
-        cannot begin)."""
-        began = time.monotonic()
+        cannot begin). `arrived`: when the request came (before its wait for slots)."""
+        began = time.monotonic() if arrived is None else arrived
         try:
             items = await merged([self.generation.run(job) for job in jobs])
             try:
@@ -224,7 +244,7 @@ class Gateway:
             return completion_chunk(ident, created, self.settings.model, text, finish, index=index, **more)
 
         async def events():
-            status, seen_text, held, results = "200", False, [""] * count, []
+            status, seen_text, held, results, first = "200", False, [""] * count, [], 0.0
             if chatting:  # OpenAI's first chat chunk names the role
                 yield sse_event(chat.chunk(ident, created, self.settings.model, {"role": "assistant", "content": ""},
                                         None, **extra))  # fmt: skip
@@ -236,7 +256,8 @@ class Gateway:
                         delta = held[index] if result is not None else ""
                     if delta:
                         if not seen_text:
-                            self.metrics.first_token.observe(time.monotonic() - began)
+                            first = time.monotonic()
+                            self.metrics.first_token.observe(first - began)
                             seen_text = True
                         yield sse_event(piece(index, delta, None, **so_far()))
                     if result is not None:
@@ -259,8 +280,7 @@ class Gateway:
             finally:
                 slots.release()
             yield "data: [DONE]\n\n"
-            self.metrics.requests.labels(route, status).inc()
-            self.metrics.latency.labels(route).observe(time.monotonic() - began)
+            self.ended(route, status, began, first if seen_text else None, results)
 
         async def release() -> None:  # a coroutine: Starlette runs a plain function in a thread
             slots.release()

@@ -51,7 +51,8 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
     with tritonserver(repo, tmp_path, env={"FTNATIVE_STEP_SECONDS": "0.1"}) as server:
         settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "context_length": 128,
                     "max_tokens_limit": 64, "keys_file": str(tmp_path / "keys.json"), "max_in_flight": 2,
-                    "admission_wait_ms": 60000, "admission_queue": 2}  # fmt: skip
+                    "admission_wait_ms": 60000, "admission_queue": 2, "slo_ttft_ms": 5000,
+                    "slo_itl_ms": 1000}  # fmt: skip
         proc, url, log = start_gateway(settings, tmp_path)
         try:
             assert ask(url, LIGHT)[0] == 200  # warm: the model's first answer
@@ -88,6 +89,11 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
             assert metric(url, 'ftgateway_refused_total{reason="overloaded"}') == 2
             assert metric(url, "ftgateway_in_flight") == 0
             assert metric(url, "ftgateway_waiting") == 0
+            # Goodput: a whole answer of 32 steps of 0.1 s meets a 5 s objective alone (the warm-up);
+            # the flood's waiter and the light key waited a whole generation (3.2 s) first and did not.
+            good, answered = metric(url, "ftgateway_good_total"), 1 + statuses.count(200) + 1
+            print(f"goodput: {good:.0f} of {answered} answers met the objectives")
+            assert 1 <= good <= answered - 2
             # A stream holds its slot while it runs; a client that leaves mid-stream gives it back.
             streamed = {"model": MODEL, "prompt": PROMPT, "max_tokens": 32, "stream": True, "ignore_eos": True}
             with httpx.stream("POST", url + "/v1/completions", json=streamed, timeout=60,

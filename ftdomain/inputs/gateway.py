@@ -117,6 +117,8 @@ def gateway_problems(v: Mapping[str, Any]) -> list[str]:
             "gateway_max_in_flight",
             "gateway_admission_wait_ms",
             "gateway_admission_queue",
+            "gateway_slo_ttft_ms",
+            "gateway_slo_itl_ms",
         ),
     )
     fleet_key = v.get("gateway_fleet_key", v.get("fleet_gateway_key", ""))

@@ -181,23 +181,28 @@ def test_bad_bounds_are_refused():
 
 
 def test_a_request_whose_expected_wait_is_over_the_objective_is_refused_at_once():
-    """Generations have held their slot 0.4 s lately: a new request behind one waiter would wait
-    about 0.6 s (half the running one, then the waiter's): past a 0.5 s objective it is told no at
-    once; one round (0.2 s) is let in to wait. A light key's estimate counts only the waiters served
-    before it."""
+    """Generations have held their slot 0.4 s lately. With the one slot taken just now, a new
+    request would wait about 0.4 s (the running one's end) and one behind a waiter 0.8 s (a round
+    more): past a 0.5 s objective that one is told no at once. A light key's estimate counts only
+    the waiters served before it; a generation past its expected end frees its slot "at once"."""
 
     async def main():
         refused = []
         admission = Admission(1, 0.5, 8, refused.append)
-        await admission.take("a")
-        admission.give_back("a", held_s=0.4)
-        assert admission.hold_s == 0.4
-        await admission.take("a")  # the slot is free again: at once
-        assert admission.expected_wait("a") == pytest.approx(0.2)
+        since = await admission.take("a")
+        admission.give_back("a", since=since - 0.4)  # as if taken 0.4 s before
+        assert 0.4 <= admission.hold_s < 1.4  # 0.4 s and the moment between the two lines
+        admission.hold_s = 0.4
+        started = await admission.take("a")  # the slot is free again: at once
+        assert admission.expected_wait("a", now=started) == pytest.approx(0.4)
+        assert admission.expected_wait("a", now=started + 1.0) == 0.0  # past its expected end
         first = asyncio.ensure_future(admission.take("a"))
         await settle()
-        assert admission.expected_wait("a") == pytest.approx(0.6)
-        assert admission.expected_wait("light") == pytest.approx(0.2)  # "a" holds more: served after
+        assert admission.waiters == 1
+        assert admission.expected_wait("a", now=started) == pytest.approx(0.8)
+        assert admission.expected_wait("light", now=started) == pytest.approx(0.4)  # "a" holds more: after it
+        admission.started = [started]  # the estimate below as of the slot's start, whatever the clock says
+        admission.hold_s = 10.0
         with pytest.raises(ApiError) as err:
             await admission.take("a")
         first.cancel()
@@ -207,17 +212,20 @@ def test_a_request_whose_expected_wait_is_over_the_objective_is_refused_at_once(
     err, refused, waiters = run(main())
     assert (err.status, err.code, err.headers["Retry-After"], err.headers["X-Ftfleet-Refused"]) == (
         503, "overloaded", "1", "overloaded")  # fmt: skip
-    assert "about 600 ms" in err.message
+    assert "a slot would come free in about" in err.message
     assert refused == ["overloaded"]  # refused before any wait (a wait would end as wait_timeout)
     assert waiters == 0
 
 
 def test_the_hold_estimate_follows_the_generations_as_a_moving_average():
     admission = Admission(2, 1.0, 4)
-    admission._hold("a", 2)
-    admission.give_back("a", held_s=1.0)
-    admission.give_back("a", held_s=2.0)
-    assert admission.hold_s == pytest.approx(1.2)  # 1.0 + 0.2 x (2.0 - 1.0)
+    first, second = admission._hold("a", 1), admission._hold("a", 1)
+    admission.give_back("a", since=first - 1.0)
+    admission.give_back("a", since=second - 2.0)
+    assert 1.2 <= admission.hold_s < 2.2  # 1.0 + 0.2 x (2.0 - 1.0), and the moments between the lines
+    assert admission.started == []
     admission._hold("a", 1)
-    admission.give_back("a")  # a refused waiter's slot: no generation ended
-    assert admission.hold_s == pytest.approx(1.2)
+    estimate = admission.hold_s
+    admission.give_back("a")  # a slot given back unused: no generation ended
+    assert admission.hold_s == estimate
+    assert (admission.started, admission.taken) == ([], 0)
