@@ -1,7 +1,8 @@
 """ftfleet report: the fleet's last hour from Prometheus, as a picture and the alerts that fire.
 
 Reads the recording rules of the monitoring stage (roles/prometheus/files/ftfleet-recording.yml)
-through Prometheus's HTTP API (query_range, alerts) and draws, per model: requests/s, p95
+through Prometheus's HTTP API (query_range, alerts) and draws, per model: requests/s, goodput
+(the answers a second that met the fleet's objectives), the refusals for want of capacity, p95
 latency, the error ratio, GPU utilization and the generations continued on another host after
 their tritonserver failed, one panel each, a line per model (docs/operations.md
 shows one and how to read it).
@@ -23,6 +24,10 @@ from typing import Any
 # Panel title, PromQL (a series per model), unit, scale, the least top of its axis.
 PANELS = [
     ("requests/s", "model:ftgateway_requests:rate1m", "req/s", 1.0, 1.0),
+    # Goodput: the answers a second that met the fleet's objectives (fleet_slo_ttft_ms, fleet_slo_itl_ms),
+    # and the requests refused for want of capacity (the gateways' and HAProxy's own).
+    ("goodput/s", "model:ftgateway_good:rate1m", "req/s", 1.0, 1.0),
+    ("refused/s", "sum by (model) (model_reason:ftfleet_refused:rate1m)", "req/s", 1.0, 1.0),
     ("p95 latency", "model:ftgateway_request_seconds:p95_1m", "s", 1.0, 0.1),
     ("error ratio (5xx)", "model:ftgateway_request_errors:ratio_rate1m", "%", 100.0, 1.0),
     ("GPU utilization", "avg by (model) (instance:dcgm_gpu_utilization:avg)", "%", 100.0, 100.0),
