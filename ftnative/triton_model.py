@@ -24,6 +24,11 @@ from ftnative.decode import load
 # Seconds each streamed step takes at least (0: as fast as the CPU decodes): a GPU's time per
 # token, for the tests that must act while a stream is running (tests/test_continuation.py).
 STEP_SECONDS = float(os.environ.get("FTNATIVE_STEP_SECONDS") or 0)
+# FT's backend never asks whether a request was cancelled: it decodes to the end. With this set,
+# the stand-in asks between streamed steps (request.is_cancelled(), Triton 23.10 and later) and
+# stops, as a backend that honours gRPC cancellation does; it shows that a client's leaving
+# reaches tritonserver (tests/test_admission.py).
+HONOUR_CANCELLATION = os.environ.get("FTNATIVE_HONOUR_CANCELLATION") == "1"
 
 
 def _scalar(request, name, default, cast):
@@ -182,6 +187,9 @@ class TritonPythonModel:
             else:
                 steps = []
                 for step in self.model.steps(prompt, new, stop=stop, bad=bad, **sampling):
+                    if HONOUR_CANCELLATION and request.is_cancelled():
+                        pb_utils.Logger.log_info(f"ftnative: cancelled after {len(steps)} of {new} steps")
+                        break
                     time.sleep(STEP_SECONDS)
                     steps.append(step)
                     sender.send(self._response([prompt], [[_as_beam(prompt, steps)]], sampling["end_id"], new,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import time
 from pathlib import Path
 
@@ -48,7 +49,11 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
     repo = gpt_repository(tmp_path, checkpoint, tp=1, decoupled=True)  # the stand-in paces a decoupled model's steps
     keys = [{"name": "flood", "sha256": hash_key(FLOOD)}, {"name": "light", "sha256": hash_key(LIGHT)}]
     (tmp_path / "keys.json").write_text(json.dumps({"keys": keys}))
-    with tritonserver(repo, tmp_path, env={"FTNATIVE_STEP_SECONDS": "0.1"}) as server:
+    # The stand-in stops a cancelled stream between steps, as a backend that honours gRPC
+    # cancellation does (FT's does not): the client's leaving must reach tritonserver.
+    with tritonserver(
+        repo, tmp_path, env={"FTNATIVE_STEP_SECONDS": "0.1", "FTNATIVE_HONOUR_CANCELLATION": "1"}
+    ) as server:
         settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "context_length": 128,
                     "max_tokens_limit": 64, "keys_file": str(tmp_path / "keys.json"), "max_in_flight": 2,
                     "admission_wait_ms": 60000, "admission_queue": 2, "slo_ttft_ms": 5000,
@@ -106,6 +111,16 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
             while metric(url, "ftgateway_in_flight") != 0:
                 assert time.monotonic() < deadline, "the stream's slot was never given back"
                 time.sleep(0.1)
+            # The gateway cancelled its gRPC stream: tritonserver's model stopped decoding early
+            # instead of running the 32 steps to the end.
+            deadline = time.monotonic() + 60
+            while "ftnative: cancelled after" not in server.log.read_text():
+                assert time.monotonic() < deadline, "tritonserver never saw the stream cancelled"
+                time.sleep(0.1)
+            stopped = re.search(r"ftnative: cancelled after (\d+) of 32 steps", server.log.read_text())
+            assert stopped, server.log.read_text()[-2000:]
+            print(f"the cancelled stream stopped after {stopped.group(1)} of 32 steps")
+            assert int(stopped.group(1)) < 32
         finally:
             proc.terminate()
             proc.wait(timeout=30)
