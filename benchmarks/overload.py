@@ -8,8 +8,10 @@ inter-token latency under fleet_slo_itl_ms, from group_vars/all/fleet.yml unless
 --meet of the time. Then, at each --loads multiple L of that capacity C, the two tenants send C/6
 requests a second each (half their third) and the flood key the rest, L x C - C/3 (four times a
 tenant at 1x). Per key and load: requests sent, answered and refused (by status and code), goodput
-(AIPerf's: requests a second that met the objective), time to first token and inter-token latency
-p50/p95/p99 of the answered, and how fast the refusals came (p50/p95/p99 ms).
+(requests a second that met the objective; AIPerf's own figure beside it), time to first token and
+inter-token latency p50/p95/p99 of the answered. How fast refusals come: AIPerf records no time
+for a failed request, so a probe sends one more of the flood key's streamed requests a second and
+times each answer's status line (p50/p95/p99 ms of the refusals, and of the answers' headers).
 
     .bench-venv/bin/python -m benchmarks.overload --out runs/overload.json     # make overload-bench
 
@@ -22,12 +24,15 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -95,18 +100,15 @@ def _metric(record: dict, name: str) -> float | None:
 
 
 def per_key(out: Path, seconds: float, slo_ttft_ms: float, slo_itl_ms: float) -> dict:
-    """One key's figures from its AIPerf run: counts by outcome, the answered requests' latencies,
-    goodput (requests a second under both objectives) and how fast the refusals came."""
+    """One key's figures from its AIPerf run: counts by outcome, the answered requests' latencies
+    and goodput (requests a second under both objectives)."""
     rows = records(out)
     outcomes: collections.Counter[str] = collections.Counter()
-    ttft, itl, refusal_ms, good = [], [], [], 0
+    ttft, itl, good = [], [], 0
     for row in rows:
         error = row.get("error")
-        latency = _metric(row, "request_latency")
         if error:
             outcomes[f"{error.get('code')} {_error_code(error)}"] += 1
-            if latency is not None:
-                refusal_ms.append(latency)
             continue
         outcomes["200"] += 1
         first, between = _metric(row, "time_to_first_token"), _metric(row, "inter_token_latency")
@@ -125,7 +127,6 @@ def per_key(out: Path, seconds: float, slo_ttft_ms: float, slo_itl_ms: float) ->
         "answered_rps": round(outcomes["200"] / seconds, 3),
         "ttft_ms": percentiles(ttft),
         "itl_ms": percentiles(itl),
-        "refusal_ms": percentiles(refusal_ms),
     }
 
 
@@ -140,8 +141,40 @@ def _error_code(error: dict) -> str:
     return str((body.get("error") or {}).get("code") or "")
 
 
-def run_level(args: argparse.Namespace, rates: dict[str, float], work: Path, name: str) -> dict:
-    """Every key of rates at once, each its own AIPerf; their figures by key."""
+def probe(args: argparse.Namespace, key: str, seconds: float) -> dict:
+    """One streamed request a second for `seconds`: how fast each is answered its status line,
+    by status (the refusals' times are what AIPerf does not record)."""
+    body = json.dumps({"model": args.model, "prompt": "Every role", "max_tokens": args.tokens, "stream": True,
+                       "ignore_eos": True}).encode()  # fmt: skip
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        began = time.monotonic()
+        request = urllib.request.Request(f"{args.url}/v1/completions", data=body, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                status = answer.status
+                times[str(status)].append((time.monotonic() - began) * 1000)
+                answer.read()
+        except urllib.error.HTTPError as err:
+            times[str(err.code)].append((time.monotonic() - began) * 1000)
+        except OSError as err:
+            times[type(err).__name__].append((time.monotonic() - began) * 1000)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
+    refusals = [t for status, ts in times.items() if status in ("429", "503") for t in ts]
+    return {"answers": {k: len(v) for k, v in sorted(times.items())}, "refusal_ms": percentiles(refusals),
+            "headers_ms": percentiles(times.get("200", []))}  # fmt: skip
+
+
+def run_level(args: argparse.Namespace, rates: dict[str, float], work: Path, name: str, probed: bool = False) -> dict:
+    """Every key of rates at once, each its own AIPerf (and the probe, with the flood key); their
+    figures by key."""
+    prober = None
+    if probed:
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        prober = pool.submit(probe, args, args.keys["flood"], args.seconds)
+        pool.shutdown(wait=False)
     procs = {}
     for who, rate in rates.items():
         out = work / name / who
@@ -158,10 +191,11 @@ def run_level(args: argparse.Namespace, rates: dict[str, float], work: Path, nam
         if proc.returncode:
             tail = (work / name / f"{who}.log").read_text()[-2000:]
             raise SystemExit(f"AIPerf for {who} at {name} failed ({proc.returncode}):\n{tail}")
-    return {
+    figures = {
         who: {"rate_rps": round(rates[who], 3), **per_key(out, args.seconds, args.slo_ttft_ms, args.slo_itl_ms)}
         for who, (_, out) in procs.items()
     }
+    return {**figures, "probe": prober.result()} if prober else figures
 
 
 def find_capacity(args: argparse.Namespace, work: Path) -> tuple[float, list[dict]]:
@@ -217,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         for load in args.loads:
             tenant = capacity / 6
             rates = {"tenant-a": tenant, "tenant-b": tenant, "flood": max(tenant, load * capacity - 2 * tenant)}
-            level = {"load": load, "keys": run_level(args, rates, work, f"load-{load:g}")}
+            level = {"load": load, "keys": run_level(args, rates, work, f"load-{load:g}", probed=True)}
             result["loads"].append(level)
             print(json.dumps(level), flush=True)
         if args.out:

@@ -25,7 +25,7 @@ from ftnative.decode import load
 # token, for the tests that must act while a stream is running (tests/test_continuation.py).
 STEP_SECONDS = float(os.environ.get("FTNATIVE_STEP_SECONDS") or 0)
 # FT's backend never asks whether a request was cancelled: it decodes to the end. With this set,
-# the stand-in asks between streamed steps (request.is_cancelled(), Triton 23.10 and later) and
+# the stand-in asks between streamed steps (request.is_cancelled(), Triton 23.11 and later) and
 # stops, as a backend that honours gRPC cancellation does; it shows that a client's leaving
 # reaches tritonserver (tests/test_admission.py).
 HONOUR_CANCELLATION = os.environ.get("FTNATIVE_HONOUR_CANCELLATION") == "1"

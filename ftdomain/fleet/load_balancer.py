@@ -31,13 +31,13 @@ def load_balancer_backends(hosts: Any, hostvars: Any, ports: Any = None, port: A
         if not isinstance(model, Mapping) or not model.get("name"):
             continue
         address = v.get("lb_member_address") or f"{v.get('ansible_host') or host}:{v.get('gateway_port') or 8080}"
-        slots, queue = gateway_bounds(v, str(host))
+        slots = gateway_slots(v, str(host))
         members.setdefault(str(model["name"]), []).append(
             {"name": str(host), "address": str(address), "tls": bool(v.get("gateway_tls_cert")),
              "tls_name": str(v.get("gateway_tls_name") or host),
              "bind": str(v.get("gateway_bind_address") or "0.0.0.0"),
              "max_request_bytes": int(v.get("gateway_max_request_bytes") or 65536),
-             "slots": slots, "maxconn": slots + queue if slots else 0})  # fmt: skip
+             "slots": slots, "maxconn": slots})  # fmt: skip
     backends, taken = [], {endpoint: None}
     for model in sorted(members):
         own = ports.get(model)
@@ -56,27 +56,22 @@ def load_balancer_backends(hosts: Any, hostvars: Any, ports: Any = None, port: A
     return backends
 
 
-def gateway_bounds(v: Any, host: str = "") -> tuple[int, int]:
-    """A gateway's generation slots and the requests it lets wait for them, as its role reads them:
-    gateway_max_in_flight, else the fleet's fleet_generation_slots (0: no bound); gateway_admission_queue,
-    else fleet_admission_queue, else the slots."""
-
-    def first(names: tuple[str, ...], default: int) -> int:
-        for name in names:
-            value = v.get(name)
-            if value is None or value == "":
-                continue
-            try:
-                number = int(value)
-            except (TypeError, ValueError):
-                raise AnsibleFilterError(f"{name}={value!r} on {host}: not a whole number") from None
-            if number < 0:
-                raise AnsibleFilterError(f"{name}={number} on {host}: out of range (valid: >= 0)")
-            return number
-        return default
-
-    slots = first(("gateway_max_in_flight", "fleet_generation_slots"), 0)
-    return slots, first(("gateway_admission_queue", "fleet_admission_queue"), slots)
+def gateway_slots(v: Any, host: str = "") -> int:
+    """A gateway's generation slots, as its role reads them: gateway_max_in_flight, else the
+    fleet's fleet_generation_slots (0: no bound). HAProxy gives it at most that many requests at
+    once (maxconn); the model's queue is HAProxy's, fair between keys over all its gateways."""
+    for name in ("gateway_max_in_flight", "fleet_generation_slots"):
+        value = v.get(name)
+        if value is None or value == "":
+            continue
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise AnsibleFilterError(f"{name}={value!r} on {host}: not a whole number") from None
+        if number < 0:
+            raise AnsibleFilterError(f"{name}={number} on {host}: out of range (valid: >= 0)")
+        return number
+    return 0
 
 
 def load_balancer_frontends(backends: Any, port: Any) -> list[dict[str, Any]]:

@@ -196,17 +196,18 @@ def test_one_backend_per_model_and_one_endpoint_for_all_with_ports_of_their_own_
 
 
 @pytest.mark.parametrize(
-    ("hostvars", "slots", "maxconn"),
-    [({}, 0, 0),  # no bound where nothing says one
-     ({"fleet_generation_slots": "1", "fleet_admission_queue": "4"}, 1, 5),  # the fleet's, as templated text
-     ({"fleet_generation_slots": 64, "fleet_admission_queue": 256, "gateway_admission_queue": 10}, 64, 74),
-     ({"fleet_generation_slots": 64, "gateway_max_in_flight": 0}, 0, 0),  # the gateway's own 0 turns it off
-     ({"gateway_max_in_flight": 3}, 3, 6)],  # no queue set: as many wait as run
+    ("hostvars", "slots"),
+    [({}, 0),  # no bound where nothing says one
+     ({"fleet_generation_slots": "1"}, 1),  # the fleet's, as templated text
+     ({"fleet_generation_slots": 64, "gateway_max_in_flight": 8}, 8),  # the gateway's own first
+     ({"fleet_generation_slots": 64, "gateway_max_in_flight": 0}, 0)],  # its 0 turns the bound off
 )  # fmt: skip
-def test_each_gateway_gets_at_most_what_it_runs_and_lets_wait(hostvars, slots, maxconn):
+def test_each_gateway_gets_at_most_what_it_runs(hostvars, slots):
+    """HAProxy's maxconn per gateway is its slots: the model's queue is HAProxy's, fair between keys
+    over every gateway; the gateway's own queue is for what comes past it (another load balancer)."""
     hosts = {"n1": {"fleet_model": {"name": "tiny"}, **hostvars}}
     server = load_balancer_backends(list(hosts), hosts)[0]["servers"][0]
-    assert (server["slots"], server["maxconn"]) == (slots, maxconn)
+    assert (server["slots"], server["maxconn"]) == (slots, slots)
 
 
 def test_a_bound_that_is_not_a_whole_number_is_named():
