@@ -26,11 +26,12 @@ description:
   - tls_certificate_facts reads a PEM certificate: subject, names, notAfter, days left.
   - load_balancer_key_map takes the backends, hostvars and the number of load balancers, and
     returns the lines of HAProxy's map of API keys, by their SHA-256 only. Per-key limits,
-    "<backend>:<SHA-256> <rate>:<most>": for each model, every key its hosts take
+    "<backend>:<SHA-256> <rate>:<most>:<tokens>": for each model, every key its hosts take
     (gateway_api_keys, else fleet_api_keys) that may use it (models), with its requests per
     minute (rate_per_minute, else the host's gateway_rate_per_minute, else
-    fleet_api_key_rate_per_minute, else 600) and concurrent requests (concurrent_requests, else
-    fleet_api_key_concurrent_requests, else 0 = no limit), each divided among the load balancers
+    fleet_api_key_rate_per_minute, else 600), concurrent requests (concurrent_requests, else
+    fleet_api_key_concurrent_requests, else 0 = no limit) and tokens per minute (tokens_per_minute,
+    else fleet_api_key_tokens_per_minute, else 0 = no limit), each divided among the load balancers
     (rounded up); where a model's hosts disagree, the lower limit holds. The one endpoint's
     GET /v1/models answer per key, "models:<SHA-256> <JSON>": every served model the key may use
     (an empty list for a key that the hosts take but may use none of them). A key's end,

@@ -39,6 +39,9 @@ QUEUE_REFUSED = ("Exceeds maximum queue size", "Request timeout expired")
 # a busy one; HAProxy gives the client its 503 back (roles/load_balancer).
 REFUSED_HEADER = "X-Ftfleet-Refused"
 BUSY_STATUS_HEADER = "X-Ftfleet-Busy-Status"
+# The tokens an answer counts against its key's tokens per minute, which the load balancers keep
+# (prompt + completion of a whole answer; a stream's prompt and max_tokens as it starts).
+TOKENS_HEADER = "X-Ftfleet-Tokens"
 
 
 def upstream_down(message: str) -> ApiError:

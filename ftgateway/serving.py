@@ -19,7 +19,7 @@ from . import chat
 from .admission import Admission, Held
 from .config import ConfigError, Keys, Settings
 from .continuing import Continuing
-from .errors import ApiError, triton_error
+from .errors import TOKENS_HEADER, ApiError, triton_error
 from .generation import Count, Generation, Job, Moved, Result, bad_words, banned_ids, min_length, stop_list
 from .middleware import Auth, Metrics, RateLimiter, answer_error
 from .protocol import (
@@ -174,8 +174,9 @@ class Gateway:
         model = self.settings.model
         choices = [completion_chunk(ident, created, model, r.text, r.finish_reason, logprobs=r.logprobs,
                                     index=i)["choices"][0] for i, r in enumerate(results)]  # fmt: skip
-        return {"id": ident, "object": "text_completion", "created": created, "model": model,
-                "system_fingerprint": self.fingerprint(), "choices": choices, "usage": billed}  # fmt: skip
+        answer = {"id": ident, "object": "text_completion", "created": created, "model": model,
+                  "system_fingerprint": self.fingerprint(), "choices": choices, "usage": billed}  # fmt: skip
+        return JSONResponse(answer, headers={TOKENS_HEADER: str(billed["total_tokens"])})
 
     def judge(self, arrived: float, first: float, done: float, tokens: int) -> None:
         """Counts an answer in goodput when it met the fleet's objectives: its first text within
@@ -199,7 +200,7 @@ class Gateway:
         cannot begin). `arrived`: when the request came (before its wait for slots)."""
         began = time.monotonic() if arrived is None else arrived
         try:
-            items = await merged([self.generation.run(job) for job in jobs])
+            items, firsts = await merged([self.generation.run(job) for job in jobs])
             try:
                 decoupled = await self.backend.decoupled()
             except InferenceServerException as err:
@@ -210,7 +211,12 @@ class Gateway:
         except BaseException:
             slots.release()
             raise
-        return self.stream(body, items, len(jobs), decoupled, began, slots=slots)
+        # What the stream may spend of its key's tokens per minute, counted as it starts (HAProxy
+        # reads it from the headers): its prompts and the completions it may have.
+        spend = sum(count.prompt + job.max_tokens * job.n for count, job in zip(firsts, jobs))
+        response = self.stream(body, items, len(jobs), decoupled, began, slots=slots)
+        response.headers[TOKENS_HEADER] = str(spend)
+        return response
 
     def stream(self, body: AnyRequest, items: AsyncIterator[tuple[int, str, Optional[Result], Count]], count: int,
                decoupled: bool, began: float, *, slots: Held):  # fmt: skip
@@ -306,10 +312,11 @@ async def all_of(calls: list[Awaitable[T]]) -> list[T]:
         raise
 
 
-async def merged(runs: list[AsyncIterator[tuple[str, Optional[Result], Count]]]) -> AsyncIterator:
+async def merged(runs: list[AsyncIterator[tuple[str, Optional[Result], Count]]]) -> tuple[AsyncIterator, list[Count]]:
     """Several generations' items as one stream of (index, delta, result, count): each run's items in
-    their order, the runs interleaved as their items come. Each run's first item is awaited before
-    this returns, so that an error before any text is still a plain HTTP error."""
+    their order, the runs interleaved as their items come; and each run's first count (its prompt's
+    tokens). Each run's first item is awaited before this returns, so that an error before any text
+    is still a plain HTTP error."""
 
     async def close(pending: dict) -> None:
         for task in pending:
@@ -342,4 +349,4 @@ async def merged(runs: list[AsyncIterator[tuple[str, Optional[Result], Count]]])
         finally:
             await close(pending)
 
-    return items()
+    return items(), [count for _, _, count in firsts]

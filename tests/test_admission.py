@@ -60,7 +60,10 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
                     "slo_itl_ms": 1000}  # fmt: skip
         proc, url, log = start_gateway(settings, tmp_path)
         try:
-            assert ask(url, LIGHT)[0] == 200  # warm: the model's first answer
+            warm = ask(url, LIGHT)  # the model's first answer
+            assert warm[0] == 200, warm
+            # What the answer spent of its key's tokens per minute, for the load balancers to count.
+            assert warm[2]["x-ftfleet-tokens"] == str(warm[1]["usage"]["total_tokens"])
             with concurrent.futures.ThreadPoolExecutor(8) as pool:
                 # Every other request of the flood asks as HAProxy does, for busy refusals as 429s.
                 flood = [pool.submit(ask, url, FLOOD, "429" if i % 2 else "") for i in range(6)]
@@ -103,6 +106,9 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
             streamed = {"model": MODEL, "prompt": PROMPT, "max_tokens": 32, "stream": True, "ignore_eos": True}
             with httpx.stream("POST", url + "/v1/completions", json=streamed, timeout=60,
                               headers={"Authorization": f"Bearer {LIGHT}"}) as answer:  # fmt: skip
+                # A stream counts its prompt and max_tokens as it starts.
+                prompt_tokens = warm[1]["usage"]["prompt_tokens"]
+                assert answer.headers["x-ftfleet-tokens"] == str(prompt_tokens + 32)
                 lines = answer.iter_lines()  # kept: a closed iterator closes the response
                 first = next(line for line in lines if line.startswith("data: {"))
                 assert json.loads(first[6:])["choices"][0]["text"]

@@ -273,7 +273,7 @@ def load_balancer_key_map(backends: Any, hostvars: Any, lb_count: Any = 1) -> li
     if not isinstance(backends, list):
         raise AnsibleFilterError("load_balancer_key_map: expected the backends (load_balancer_backends)")
     share = max(_whole(lb_count, 1), 1)
-    limits: dict[str, tuple[int, int]] = {}
+    limits: dict[str, tuple[int, int, int]] = {}
     usable: dict[str, set[str]] = {}
     ends: dict[str, int] = {}
     for backend in backends:
@@ -282,6 +282,7 @@ def load_balancer_key_map(backends: Any, hostvars: Any, lb_count: Any = 1) -> li
             keys = v.get("gateway_api_keys") or v.get("fleet_api_keys") or []
             default_rate = _whole(v.get("gateway_rate_per_minute"), _whole(v.get("fleet_api_key_rate_per_minute"), 600))
             default_most = _whole(v.get("fleet_api_key_concurrent_requests"), 0)
+            default_tokens = _whole(v.get("fleet_api_key_tokens_per_minute"), 0)
             for item in keys:
                 if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
                     raise AnsibleFilterError(f"load_balancer_key_map: {server['name']}'s API keys must be "
@@ -297,11 +298,13 @@ def load_balancer_key_map(backends: Any, hostvars: Any, lb_count: Any = 1) -> li
                 usable[digest].add(backend["model"])
                 rate = -(-_whole(item.get("rate_per_minute"), default_rate) // share)
                 most = -(-_whole(item.get("concurrent_requests"), default_most) // share)
+                tokens = -(-_whole(item.get("tokens_per_minute"), default_tokens) // share)
                 entry = f"{backend['backend']}:{digest}"
-                if entry in limits:  # hosts of one model that disagree: the lower limit
-                    old_rate, old_most = limits[entry]
-                    rate, most = min(rate, old_rate), min(most or old_most, old_most or most)  # 0: no limit
-                limits[entry] = (rate, most)
-    lines = [f"{entry} {rate}:{most}" for entry, (rate, most) in sorted(limits.items())]
+                if entry in limits:  # hosts of one model that disagree: the lower limit (0: no limit)
+                    old_rate, old_most, old_tokens = limits[entry]
+                    rate, most = min(rate, old_rate), min(most or old_most, old_most or most)
+                    tokens = min(tokens or old_tokens, old_tokens or tokens)
+                limits[entry] = (rate, most, tokens)
+    lines = [f"{entry} {rate}:{most}:{tokens}" for entry, (rate, most, tokens) in sorted(limits.items())]
     lines += [f"models:{digest} {_models_answer(models)}" for digest, models in sorted(usable.items())]
     return lines + [f"expires:{digest} {end}" for digest, end in sorted(ends.items())]

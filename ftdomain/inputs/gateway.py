@@ -13,14 +13,14 @@ from ftdomain.fleet.gateway import gateway_probe_key, key_expiry
 from ftdomain.fleet.model import SAFE_NAME
 from ftdomain.inputs.common import PROJECT, count_problem, int_problems, show
 
-KEY_FIELDS = ("name", "key", "rate_per_minute", "concurrent_requests", "models", "expires")
+KEY_FIELDS = ("name", "key", "rate_per_minute", "concurrent_requests", "tokens_per_minute", "models", "expires")
 
 
 def _key_field_problems(label: str, item: Mapping[str, Any]) -> list[str]:
     """A key's optional fields: its limits, models and expiry, and nothing else."""
     problems = [
         f"{label}: {field!r} {why}"
-        for field, low in (("rate_per_minute", 1), ("concurrent_requests", 0))
+        for field, low in (("rate_per_minute", 1), ("concurrent_requests", 0), ("tokens_per_minute", 0))
         if (why := count_problem(item.get(field, low), low))
     ]
     models = item.get("models")
@@ -96,7 +96,8 @@ def gateway_problems(v: Mapping[str, Any]) -> list[str]:
     problems += int_problems(v, 1, ("gateway_port",), 65535)
     problems += [
         f"{name}={show(v.get(name, low))}: {why}"
-        for name, low in (("fleet_api_key_rate_per_minute", 1), ("fleet_api_key_concurrent_requests", 0))
+        for name, low in (("fleet_api_key_rate_per_minute", 1), ("fleet_api_key_concurrent_requests", 0),
+                          ("fleet_api_key_tokens_per_minute", 0))  # fmt: skip
         if (why := count_problem(v.get(name, low), low))
     ]
     port = v.get("gateway_port")

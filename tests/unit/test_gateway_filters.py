@@ -223,24 +223,26 @@ def _sha(key: str) -> str:
 
 def test_the_key_map_holds_each_models_keys_by_hash_with_their_share_of_the_limits():
     keys = [{"name": "a", "key": KEY + "a"},
-            {"name": "b", "key": KEY + "b", "rate_per_minute": 21, "concurrent_requests": 3},
+            {"name": "b", "key": KEY + "b", "rate_per_minute": 21, "concurrent_requests": 3, "tokens_per_minute": 9001},
             {"name": "c", "key": KEY + "c", "models": ["llama"]}]  # fmt: skip
     hosts = {
         "n1": {"fleet_model": {"name": "tiny"}, "fleet_api_keys": keys, "fleet_api_key_concurrent_requests": 64},
-        "n2": {"fleet_model": {"name": "tiny"}, "fleet_api_keys": keys, "gateway_rate_per_minute": 100},
+        "n2": {"fleet_model": {"name": "tiny"}, "fleet_api_keys": keys, "gateway_rate_per_minute": 100,
+               "fleet_api_key_tokens_per_minute": 50000},
         "n3": {"fleet_model": {"name": "llama"}, "gateway_api_keys": keys[2:], "fleet_api_key_rate_per_minute": 30},
     }
     backends = load_balancer_backends(list(hosts), hosts, {}, 8090)
     lines = load_balancer_key_map(backends, hosts, 1)
     # tiny: a at the lower default rate of its hosts (n2's 100 under 600) and n1's 64 at once (n2 sets
-    # none: no limit, so n1's holds); b its own; c is not for tiny. llama: only c, at n3's default rate.
+    # none: no limit, so n1's holds) and n2's 50000 tokens a minute (n1 sets none); b its own; c is not
+    # for tiny. llama: only c, at n3's default rate.
     assert [line for line in lines if line.startswith("model_")] == sorted([
-        f"model_tiny:{_sha(KEY + 'a')} 100:64", f"model_tiny:{_sha(KEY + 'b')} 21:3",
-        f"model_llama:{_sha(KEY + 'c')} 30:0",
+        f"model_tiny:{_sha(KEY + 'a')} 100:64:50000", f"model_tiny:{_sha(KEY + 'b')} 21:3:9001",
+        f"model_llama:{_sha(KEY + 'c')} 30:0:0",
     ])  # fmt: skip
     # two load balancers: each enforces half, rounded up
     halves = dict(line.split(" ") for line in load_balancer_key_map(backends, hosts, 2))
-    assert (halves[f"model_tiny:{_sha(KEY + 'a')}"], halves[f"model_tiny:{_sha(KEY + 'b')}"]) == ("50:32", "11:2")
+    assert (halves[f"model_tiny:{_sha(KEY + 'a')}"], halves[f"model_tiny:{_sha(KEY + 'b')}"]) == ("50:32:25000", "11:2:4501")
     assert not any(KEY in line for line in lines)  # hashes only, never a key
     with pytest.raises(AnsibleFilterError, match="n1's API keys must be"):
         load_balancer_key_map(backends, {**hosts, "n1": {**hosts["n1"], "fleet_api_keys": ["ftf-key"]}}, 1)

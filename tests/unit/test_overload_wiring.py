@@ -1,5 +1,6 @@
 """The overload bounds' values that live in two places stay equal: the fleet's computed slots read
-triton_model_repo's batching with that role's defaults, and HAProxy names the gateway's headers."""
+triton_model_repo's batching with that role's defaults, and HAProxy names the gateway's headers
+(busy refusals, tokens spent)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def test_the_fleets_slots_fall_back_to_triton_model_repos_own_defaults():
     assert yaml.safe_load(dynamic.group(1)) is role["triton_model_repo_dynamic_batching"]
 
 
-def test_haproxy_names_the_gateways_busy_refusal_headers():
+def test_haproxy_names_the_gateways_headers():
     lb = _yaml("roles/load_balancer/vars/main.yml")
     assert lb["__load_balancer_refused_header"] == errors.REFUSED_HEADER
     assert lb["__load_balancer_busy_status_header"] == errors.BUSY_STATUS_HEADER
+    assert lb["__load_balancer_tokens_header"] == errors.TOKENS_HEADER
