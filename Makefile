@@ -10,7 +10,7 @@ export PATH := $(BIN):$(PATH)
 # One scenario: make molecule SCENARIO=git_lfs
 SCENARIO ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help tools setup test-setup lock lint unit harness molecule fresh-test test lab bench registry-bench lab-crash lab-down clean
+.PHONY: help tools setup test-setup lock lint unit harness molecule fresh-test test lab bench overload-bench registry-bench lab-crash lab-down clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -121,6 +121,18 @@ lab:  ## bring up the local lab fleet and serve a tiny model (README)
 
 bench: lab  ## the lab, then the serving benchmark: each layer's latency and throughput (docs/performance.md)
 	ftfleet bench
+
+# NVIDIA's AIPerf in a virtualenv of its own (it pins a newer stack than the project's tests).
+BENCH_VENV ?= .bench-venv
+AIPERF_VERSION ?= 0.13.0
+$(BENCH_VENV)/.aiperf-$(AIPERF_VERSION):
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet "aiperf==$(AIPERF_VERSION)" pyyaml
+	touch $@
+
+overload-bench: lab $(BENCH_VENV)/.aiperf-$(AIPERF_VERSION)  ## the lab, then overload through the front with AIPerf: capacity, then 1x, 2x and 5x of it from three keys (docs/performance.md, "Overload")
+	$(BENCH_VENV)/bin/python -m benchmarks.overload --out docs/bench/overload.json
+	$(BENCH_VENV)/bin/python -m benchmarks.overload --table docs/bench/overload.json
 
 registry-bench: harness test-setup  ## the images and models stages on 1, 2 and 4 hosts, without and with a registry (docs/performance.md)
 	$(BIN)/python scripts/registry-bench

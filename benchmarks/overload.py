@@ -214,6 +214,38 @@ def find_capacity(args: argparse.Namespace, work: Path) -> tuple[float, list[dic
     return capacity, sweep
 
 
+def _ms(p: dict) -> str:
+    return " / ".join("-" if p[q] is None else f"{p[q]:.0f}" for q in ("p50", "p95", "p99"))
+
+
+SWEEP_HEAD = "| rate/s | sent | answered | refused | goodput/s | met | TTFT p50 / p95 / p99 ms |"
+LOAD_HEAD = ("| load | key | rate/s | sent | answered | refused (code: count) | goodput/s | TTFT p50 / p95 / p99 ms "
+             "| ITL p50 / p95 / p99 ms | refusals' time p50 / p95 / p99 ms |")  # fmt: skip
+
+
+def table(result: dict) -> str:
+    """The result as docs/performance.md shows it: the capacity sweep, then per load and key."""
+    slo = result["slo"]
+    lines = [f"capacity: {result['capacity_rps']:g} requests/s (objective: time to first token "
+             f"{slo['ttft_ms']:g} ms, inter-token {slo['itl_ms']:g} ms)", "", SWEEP_HEAD, "|---" * 7 + "|"]  # fmt: skip
+    for row in result.get("capacity_sweep", []):
+        answered = row["outcomes"].get("200", 0)
+        lines.append(f"| {row['rate_rps']:g} | {row['sent']} | {answered} | {row['sent'] - answered} | "
+                     f"{row['goodput_rps']:.2f} | {row['met']:.0%} | {_ms(row['ttft_ms'])} |")  # fmt: skip
+    lines += ["", LOAD_HEAD, "|---" * 10 + "|"]
+    for level in result["loads"]:
+        keys = level["keys"]
+        probe = keys.get("probe", {})
+        for who in ("tenant-a", "tenant-b", "flood"):
+            row = keys[who]
+            refused = ", ".join(f"{code}: {n}" for code, n in row["outcomes"].items() if code != "200") or "0"
+            timed = _ms(probe["refusal_ms"]) if who == "flood" and probe else ""
+            lines.append(f"| {level['load']:g}x | {who} | {row['rate_rps']:g} | {row['sent']} | "
+                         f"{row['outcomes'].get('200', 0)} | {refused} | {row['goodput_rps']:.2f} | "
+                         f"{_ms(row['ttft_ms'])} | {_ms(row['itl_ms'])} | {timed} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ttft, itl = objectives()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -233,7 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=json.loads, default=LAB_KEYS, help="JSON: tenant-a, tenant-b, flood -> key")
     parser.add_argument("--out", type=Path, help="write the whole result here as JSON")
     parser.add_argument("--keep", action="store_true", help="keep AIPerf's artifacts (printed)")
+    parser.add_argument("--table", type=Path, help="print an earlier --out as docs/performance.md's tables, and stop")
     args = parser.parse_args(argv)
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return 0
     if not Path(args.aiperf).exists():
         raise SystemExit(f"no AIPerf at {args.aiperf}: make overload-bench installs it into .bench-venv")
     work = Path(tempfile.mkdtemp(prefix="ftfleet-overload-"))

@@ -309,6 +309,20 @@ with httpx.Client(timeout=60) as a, httpx.Client(timeout=60) as b, contextlib.Ex
     out["third"] = ask("ftf-lab-pair-key-not-a-secret-03")
     out["ends"] = [[line for line in rest if line][-1] for rest in lines]
 out["after_both_ended"] = ask("ftf-lab-pair-key-not-a-secret-03")
+# 300 tokens a minute (prompt + completion) over both hosts: answers until the key has spent them
+# in the clock's minute (one minute: not near its end), then HAProxy's 429 until the minute ends.
+import time
+if time.time() % 60 > 40:
+    time.sleep(61 - time.time() % 60)
+spend = {**body, "max_tokens": 60}
+out["tokens_spent"], out["tokens_header"] = [], []
+for _ in range(30):
+    r = httpx.post(url, json=spend, headers={"Authorization": "Bearer ftf-lab-tokens-key-not-a-secret-09"}, timeout=60)
+    if r.status_code != 200:
+        out["tokens_refused"] = [r.status_code, r.json()["error"]["code"], r.headers.get("retry-after")]
+        break
+    out["tokens_spent"].append(r.json()["usage"]["total_tokens"])
+    out["tokens_header"].append(r.headers.get("x-ftfleet-tokens"))
 print(json.dumps(out))
 """
 
@@ -317,7 +331,8 @@ def a_keys_limits_hold_over_both_hosts_and_its_scope_and_expiry_are_kept() -> No
     """One key's 30 requests spread over both hosts: HAProxy lets 20 through (its rate over the
     fleet, where each gateway alone would allow 20) and answers the rest 429; a key limited to two
     requests at once gets a 429 for a third while two streams run; a key for another model gets a
-    403 and an expired one a 401, from the gateways."""
+    403 and an expired one a 401, from the gateways; a key of 300 tokens a minute is answered until
+    it has spent them, then refused with 429 until the minute ends."""
     done, _ = inside(".venv/bin/python -c " + shlex.quote(LIMITS_CHECK))
     assert done.returncode == 0, done.stdout + done.stderr
     seen = json.loads(done.stdout)
@@ -332,6 +347,12 @@ def a_keys_limits_hold_over_both_hosts_and_its_scope_and_expiry_are_kept() -> No
     assert seen["third"] == [429, "concurrency_limit_exceeded", "1"], seen
     assert seen["ends"] == ["data: [DONE]"] * 2, seen
     assert seen["after_both_ended"][0] == 200, seen
+    spent = seen["tokens_spent"]
+    assert sum(spent) >= 300, seen  # refused only once the minute's 300 tokens were spent
+    assert sum(spent[:-1]) < 300, seen
+    assert seen["tokens_refused"][:2] == [429, "tokens_per_minute_exceeded"], seen
+    assert 1 <= int(seen["tokens_refused"][2]) <= 60, seen  # Retry-After: the minute's end
+    assert seen["tokens_header"] == [None] * len(spent), seen  # HAProxy keeps the gateways' count to itself
 
 
 def a_bad_revision_goes_to_one_host_under_load_and_comes_back_by_itself() -> None:
