@@ -86,13 +86,7 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
             assert statuses == [200, 200, 200, 429, 503, 503], answers
             assert codes == ["over_share", "overloaded", "overloaded"]
             assert light_answer[0] == 200, light_answer
-            for i, (status, body, headers, _) in enumerate(answers):
-                if status != 200:
-                    assert headers.get("retry-after") == "1"
-                    assert set(body["error"]) == {"message", "type", "param", "code"}
-                    code = body["error"]["code"]
-                    assert headers.get("x-ftfleet-refused") == code  # what HAProxy tells busy from broken by
-                    assert status == (429 if i % 2 or code == "over_share" else 503), (i, status, code)
+            check_refusals(answers)
             assert metric(url, 'ftgateway_refused_total{reason="over_share"}') == 1
             assert metric(url, 'ftgateway_refused_total{reason="overloaded"}') == 2
             assert metric(url, "ftgateway_in_flight") == 0
@@ -102,31 +96,45 @@ def test_a_flooding_key_is_queued_and_refused_and_another_key_gets_in_first(tmp_
             good, answered = metric(url, "ftgateway_good_total"), 1 + statuses.count(200) + 1
             print(f"goodput: {good:.0f} of {answered} answers met the objectives")
             assert 1 <= good <= answered - 2
-            # A stream holds its slot while it runs; a client that leaves mid-stream gives it back.
-            streamed = {"model": MODEL, "prompt": PROMPT, "max_tokens": 32, "stream": True, "ignore_eos": True}
-            with httpx.stream("POST", url + "/v1/completions", json=streamed, timeout=60,
-                              headers={"Authorization": f"Bearer {LIGHT}"}) as answer:  # fmt: skip
-                # A stream counts its prompt and max_tokens as it starts.
-                prompt_tokens = warm[1]["usage"]["prompt_tokens"]
-                assert answer.headers["x-ftfleet-tokens"] == str(prompt_tokens + 32)
-                lines = answer.iter_lines()  # kept: a closed iterator closes the response
-                first = next(line for line in lines if line.startswith("data: {"))
-                assert json.loads(first[6:])["choices"][0]["text"]
-                assert metric(url, "ftgateway_in_flight") == 1
-            deadline = time.monotonic() + 60
-            while metric(url, "ftgateway_in_flight") != 0:
-                assert time.monotonic() < deadline, "the stream's slot was never given back"
-                time.sleep(0.1)
-            # The gateway cancelled its gRPC stream: tritonserver's model stopped decoding early
-            # instead of running the 32 steps to the end.
-            deadline = time.monotonic() + 60
-            while "ftnative: cancelled after" not in server.log.read_text():
-                assert time.monotonic() < deadline, "tritonserver never saw the stream cancelled"
-                time.sleep(0.1)
-            stopped = re.search(r"ftnative: cancelled after (\d+) of 32 steps", server.log.read_text())
-            assert stopped, server.log.read_text()[-2000:]
-            print(f"the cancelled stream stopped after {stopped.group(1)} of 32 steps")
-            assert int(stopped.group(1)) < 32
+            a_stream_holds_its_slot_and_its_cancellation_reaches_tritonserver(url, server.log, warm)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def check_refusals(answers: list) -> None:
+    """Every refusal: OpenAI's error with Retry-After and its reason in X-Ftfleet-Refused; a busy
+    one a 429 where the request asked as HAProxy does (every other one of the flood)."""
+    for i, (status, body, headers, _) in enumerate(answers):
+        if status != 200:
+            assert headers.get("retry-after") == "1"
+            assert set(body["error"]) == {"message", "type", "param", "code"}
+            code = body["error"]["code"]
+            assert headers.get("x-ftfleet-refused") == code  # what HAProxy tells busy from broken by
+            assert status == (429 if i % 2 or code == "over_share" else 503), (i, status, code)
+
+
+def a_stream_holds_its_slot_and_its_cancellation_reaches_tritonserver(url: str, server_log: Path, warm) -> None:
+    """A stream holds its slot while it runs and counts its prompt and max_tokens as it starts; a
+    client that leaves mid-stream gives the slot back, and the gateway's cancelled gRPC stream
+    stops tritonserver's model before the 32 steps' end."""
+    streamed = {"model": MODEL, "prompt": PROMPT, "max_tokens": 32, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", url + "/v1/completions", json=streamed, timeout=60,
+                      headers={"Authorization": f"Bearer {LIGHT}"}) as answer:  # fmt: skip
+        assert answer.headers["x-ftfleet-tokens"] == str(warm[1]["usage"]["prompt_tokens"] + 32)
+        lines = answer.iter_lines()  # kept: a closed iterator closes the response
+        first = next(line for line in lines if line.startswith("data: {"))
+        assert json.loads(first[6:])["choices"][0]["text"]
+        assert metric(url, "ftgateway_in_flight") == 1
+    deadline = time.monotonic() + 60
+    while metric(url, "ftgateway_in_flight") != 0:
+        assert time.monotonic() < deadline, "the stream's slot was never given back"
+        time.sleep(0.1)
+    deadline = time.monotonic() + 60
+    while "ftnative: cancelled after" not in server_log.read_text():
+        assert time.monotonic() < deadline, "tritonserver never saw the stream cancelled"
+        time.sleep(0.1)
+    stopped = re.search(r"ftnative: cancelled after (\d+) of 32 steps", server_log.read_text())
+    assert stopped, server_log.read_text()[-2000:]
+    print(f"the cancelled stream stopped after {stopped.group(1)} of 32 steps")
+    assert int(stopped.group(1)) < 32

@@ -96,8 +96,11 @@ def gateway_problems(v: Mapping[str, Any]) -> list[str]:
     problems += int_problems(v, 1, ("gateway_port",), 65535)
     problems += [
         f"{name}={show(v.get(name, low))}: {why}"
-        for name, low in (("fleet_api_key_rate_per_minute", 1), ("fleet_api_key_concurrent_requests", 0),
-                          ("fleet_api_key_tokens_per_minute", 0))  # fmt: skip
+        for name, low in (
+            ("fleet_api_key_rate_per_minute", 1),
+            ("fleet_api_key_concurrent_requests", 0),
+            ("fleet_api_key_tokens_per_minute", 0),
+        )
         if (why := count_problem(v.get(name, low), low))
     ]
     port = v.get("gateway_port")

@@ -227,8 +227,12 @@ def test_the_key_map_holds_each_models_keys_by_hash_with_their_share_of_the_limi
             {"name": "c", "key": KEY + "c", "models": ["llama"]}]  # fmt: skip
     hosts = {
         "n1": {"fleet_model": {"name": "tiny"}, "fleet_api_keys": keys, "fleet_api_key_concurrent_requests": 64},
-        "n2": {"fleet_model": {"name": "tiny"}, "fleet_api_keys": keys, "gateway_rate_per_minute": 100,
-               "fleet_api_key_tokens_per_minute": 50000},
+        "n2": {
+            "fleet_model": {"name": "tiny"},
+            "fleet_api_keys": keys,
+            "gateway_rate_per_minute": 100,
+            "fleet_api_key_tokens_per_minute": 50000,
+        },
         "n3": {"fleet_model": {"name": "llama"}, "gateway_api_keys": keys[2:], "fleet_api_key_rate_per_minute": 30},
     }
     backends = load_balancer_backends(list(hosts), hosts, {}, 8090)
@@ -242,7 +246,8 @@ def test_the_key_map_holds_each_models_keys_by_hash_with_their_share_of_the_limi
     ])  # fmt: skip
     # two load balancers: each enforces half, rounded up
     halves = dict(line.split(" ") for line in load_balancer_key_map(backends, hosts, 2))
-    assert (halves[f"model_tiny:{_sha(KEY + 'a')}"], halves[f"model_tiny:{_sha(KEY + 'b')}"]) == ("50:32:25000", "11:2:4501")
+    assert halves[f"model_tiny:{_sha(KEY + 'a')}"] == "50:32:25000"
+    assert halves[f"model_tiny:{_sha(KEY + 'b')}"] == "11:2:4501"
     assert not any(KEY in line for line in lines)  # hashes only, never a key
     with pytest.raises(AnsibleFilterError, match="n1's API keys must be"):
         load_balancer_key_map(backends, {**hosts, "n1": {**hosts["n1"], "fleet_api_keys": ["ftf-key"]}}, 1)
