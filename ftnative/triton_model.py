@@ -21,8 +21,8 @@ import triton_python_backend_utils as pb_utils
 
 from ftnative.decode import load
 
-# Seconds each streamed step takes at least (0: as fast as the CPU decodes): a GPU's time per
-# token, for the tests that must act while a stream is running (tests/test_continuation.py).
+# Seconds each step takes at least (0: as fast as the CPU decodes): a GPU's time per token, for
+# the tests that must act while a generation runs (tests/test_continuation.py, test_admission.py).
 STEP_SECONDS = float(os.environ.get("FTNATIVE_STEP_SECONDS") or 0)
 # FT's backend never asks whether a request was cancelled: it decodes to the end. With this set,
 # the stand-in asks between streamed steps (request.is_cancelled(), Triton 23.11 and later) and
@@ -111,7 +111,10 @@ class TritonPythonModel:
         if beam_width > 1:
             beams = self.model.beam_search(prompt, new, beam_width, stop=stop, bad=bad, **sampling)
             return [(beam.tokens, beam.log_probs, beam.cum) for beam in beams]
-        steps = list(self.model.steps(prompt, new, stop=stop, bad=bad, **sampling))
+        steps = []
+        for step in self.model.steps(prompt, new, stop=stop, bad=bad, **sampling):
+            time.sleep(STEP_SECONDS)
+            steps.append(step)
         return [_as_beam(prompt, steps)]
 
     def _response(self, prompts, rows, end_id, request_output_len, *, log_probs, context_embeddings=None):

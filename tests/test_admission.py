@@ -138,3 +138,39 @@ def a_stream_holds_its_slot_and_its_cancellation_reaches_tritonserver(url: str, 
     assert stopped, server_log.read_text()[-2000:]
     print(f"the cancelled stream stopped after {stopped.group(1)} of 32 steps")
     assert int(stopped.group(1)) < 32
+
+
+def test_tritonservers_queue_policy_refuses_past_its_size_and_the_gateway_says_busy(tmp_path: Path):
+    """triton_model_repo's dynamic-batching queue policy on a real tritonserver: batches of one,
+    at most one request waiting (triton_model_repo_max_queue_size 1), REJECT past it. Three
+    requests at once through a gateway without a bound of its own (max_in_flight 0): one runs, one
+    waits and runs, the third is refused by tritonserver's queue, which the gateway answers as busy
+    (503 overloaded, Retry-After, X-Ftfleet-Refused), never as a broken host (upstream_down)."""
+    checkpoint = tmp_path / "checkpoint"
+    tiny_model("gpt", checkpoint)
+    policy = {"triton_model_repo_dynamic_batching": True, "triton_model_repo_max_batch_size": 1,
+              "triton_model_repo_max_queue_size": 1}  # fmt: skip
+    repo = gpt_repository(tmp_path, checkpoint, tp=1, decoupled=False, extra=policy)
+    config = (repo / "fastertransformer" / "config.pbtxt").read_text()
+    assert "timeout_action: REJECT" in config, config
+    assert "max_queue_size: 1" in config, config
+    keys = [{"name": "light", "sha256": hash_key(LIGHT)}]
+    (tmp_path / "keys.json").write_text(json.dumps({"keys": keys}))
+    with tritonserver(repo, tmp_path, env={"FTNATIVE_STEP_SECONDS": "0.1"}) as server:
+        settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "context_length": 128,
+                    "max_tokens_limit": 64, "keys_file": str(tmp_path / "keys.json")}  # fmt: skip
+        proc, url, _log = start_gateway(settings, tmp_path)
+        try:
+            assert ask(url, LIGHT)[0] == 200  # warm
+            with concurrent.futures.ThreadPoolExecutor(3) as pool:
+                answers = list(pool.map(lambda _: ask(url, LIGHT), range(3)))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    print(f"tritonserver's queue: {[(a[0], a[1].get('error', {}).get('code'), round(a[3], 2)) for a in answers]}")
+    assert sorted(a[0] for a in answers) == [200, 200, 503], answers
+    [refused] = [a for a in answers if a[0] == 503]
+    assert refused[1]["error"]["code"] == "overloaded", refused
+    assert "Exceeds maximum queue size" in refused[1]["error"]["message"], refused
+    assert refused[2]["retry-after"] == "1"
+    assert refused[2]["x-ftfleet-refused"] == "overloaded"

@@ -282,10 +282,10 @@ REPOSITORY_PLAY = """
 
 
 def gpt_repository(work: Path, checkpoint: Path, *, tp: int, decoupled: bool, name: str = "tiny",
-                   revision: str = "") -> Path:  # fmt: skip
+                   revision: str = "", extra: dict | None = None) -> Path:  # fmt: skip
     """work/repo: the gpt family's model repository as triton_model_repo writes it (the tokenizer
-    from `checkpoint`; the fastertransformer config naming `revision`, as after ft_convert's plan)
-    and the checkpoint converted there for `tp`."""
+    from `checkpoint`; the fastertransformer config naming `revision`, as after ft_convert's plan;
+    `extra`: more of the role's variables) and the checkpoint converted there for `tp`."""
     from ftnative.convert import convert  # noqa: PLC0415 - heavy; only the tests that serve a model load it
 
     repo = work / "repo"
@@ -293,7 +293,8 @@ def gpt_repository(work: Path, checkpoint: Path, *, tp: int, decoupled: bool, na
     (work / "play.yml").write_text(play)
     done = run_playbook(work / "play.yml", "-i", "localhost,", "-e", f"fleet_tensor_para_size={tp}",
                         "-e", f"ansible_python_interpreter={sys.executable}",
-                        *(["-e", f"ft_convert_revision={revision}"] if revision else []))  # fmt: skip
+                        *(["-e", f"ft_convert_revision={revision}"] if revision else []),
+                        *(["-e", json.dumps(extra)] if extra else []))  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     convert(checkpoint, repo / "fastertransformer" / "1", "gpt", tp, "fp32", log=lambda _m: None)
     return repo
