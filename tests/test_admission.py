@@ -143,9 +143,9 @@ def a_stream_holds_its_slot_and_its_cancellation_reaches_tritonserver(url: str, 
 def test_tritonservers_queue_policy_refuses_past_its_size_and_the_gateway_says_busy(tmp_path: Path):
     """triton_model_repo's dynamic-batching queue policy on a real tritonserver: batches of one,
     at most one request waiting (triton_model_repo_max_queue_size 1), REJECT past it. Three
-    requests at once through a gateway without a bound of its own (max_in_flight 0): one runs, one
-    waits and runs, the third is refused by tritonserver's queue, which the gateway answers as busy
-    (503 overloaded, Retry-After, X-Ftfleet-Refused), never as a broken host (upstream_down)."""
+    requests at once through a gateway without a bound of its own (max_in_flight 0): one runs, at
+    most one waits and runs, the rest are refused by tritonserver's queue, which the gateway answers
+    as busy (503 overloaded, Retry-After, X-Ftfleet-Refused), never as a broken host (upstream_down)."""
     checkpoint = tmp_path / "checkpoint"
     tiny_model("gpt", checkpoint)
     policy = {"triton_model_repo_dynamic_batching": True, "triton_model_repo_max_batch_size": 1,
@@ -168,9 +168,12 @@ def test_tritonservers_queue_policy_refuses_past_its_size_and_the_gateway_says_b
             proc.terminate()
             proc.wait(timeout=30)
     print(f"tritonserver's queue: {[(a[0], a[1].get('error', {}).get('code'), round(a[3], 2)) for a in answers]}")
-    assert sorted(a[0] for a in answers) == [200, 200, 503], answers
-    [refused] = [a for a in answers if a[0] == 503]
-    assert refused[1]["error"]["code"] == "overloaded", refused
-    assert "Exceeds maximum queue size" in refused[1]["error"]["message"], refused
-    assert refused[2]["retry-after"] == "1"
-    assert refused[2]["x-ftfleet-refused"] == "overloaded"
+    # One runs and at most one waits: the third, at least, is refused (two when the batcher still
+    # held the first in its queue as the others came, as on a busy machine).
+    statuses = sorted(a[0] for a in answers)
+    assert statuses in ([200, 200, 503], [200, 503, 503]), answers
+    for refused in (a for a in answers if a[0] == 503):
+        assert refused[1]["error"]["code"] == "overloaded", refused
+        assert "Exceeds maximum queue size" in refused[1]["error"]["message"], refused
+        assert refused[2]["retry-after"] == "1"
+        assert refused[2]["x-ftfleet-refused"] == "overloaded"
