@@ -30,7 +30,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from .errors import REFUSED_HEADER, RETRY_AFTER_S, ApiError, busy
+from .errors import ApiError, busy
 
 OVERLOADED, OVER_SHARE, WAITED = "overloaded", "over_share", "wait_timeout"
 REASONS = (OVERLOADED, WAITED, OVER_SHARE)
@@ -42,8 +42,7 @@ def refusal(reason: str, message: str) -> ApiError:
     """The answer to a request refused for `reason`: 429 for a key over its share, 503 otherwise;
     both with Retry-After and the reason in REFUSED_HEADER."""
     if reason == OVER_SHARE:
-        headers = {"Retry-After": str(RETRY_AFTER_S), REFUSED_HEADER: reason}
-        return ApiError(429, message, kind="rate_limit_error", code="over_share", headers=headers)
+        return busy(reason, message, 429, "rate_limit_error")
     return busy(reason, message)
 
 

@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import chat, internal
 from .config import Key, Settings
-from .errors import BUSY_STATUS_HEADER, REFUSED_HEADER, TOKENS_HEADER, ApiError
+from .errors import BUSY_STATUS_HEADER, REFUSED_HEADER, ApiError
 from .middleware import BodyLimitAndCounts, Metrics
 from .protocol import CompletionRequest, GenerateRequest, usage, validation_error
 from .serving import Gateway
@@ -70,12 +70,10 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
             result = await gw.generation.result(job)
         finally:
             held.release()
-        done = time.monotonic()
-        gw.judge(arrived, done, done, result.completion_tokens)
-        billed = usage(result)
         answer = chat.answer(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), settings.model, result.text,
-                             finish=result.finish_reason, usage=billed, fingerprint=gw.fingerprint())  # fmt: skip
-        return JSONResponse(answer, headers={TOKENS_HEADER: str(billed["total_tokens"])})
+                             finish=result.finish_reason, usage=usage(result),
+                             fingerprint=gw.fingerprint())  # fmt: skip
+        return gw.whole(answer, arrived)
 
     @app.post("/generate")
     async def generate(body: GenerateRequest, asker: Caller):

@@ -66,11 +66,11 @@ def continuation_failed(message: str) -> ApiError:
                     headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
 
 
-def busy(reason: str, message: str) -> ApiError:
-    """A refusal because this host is busy (`reason`: overloaded, wait_timeout): 503 with
-    Retry-After and REFUSED_HEADER."""
+def busy(reason: str, message: str, status: int = 503, kind: str = "server_error") -> ApiError:
+    """A refusal for want of capacity (`reason`: overloaded, wait_timeout; over_share as a 429
+    rate_limit_error): Retry-After, and the reason as the code and in REFUSED_HEADER."""
     headers = {"Retry-After": str(RETRY_AFTER_S), REFUSED_HEADER: reason}
-    return ApiError(503, message, kind="server_error", code=reason, headers=headers)
+    return ApiError(status, message, kind=kind, code=reason, headers=headers)
 
 
 def triton_error(err: InferenceServerException) -> ApiError:

@@ -169,14 +169,19 @@ class Gateway:
                 billed = usage(*results)
         finally:
             held.release()
-        done = time.monotonic()
-        self.judge(arrived, done, done, billed["completion_tokens"])
         model = self.settings.model
         choices = [completion_chunk(ident, created, model, r.text, r.finish_reason, logprobs=r.logprobs,
                                     index=i)["choices"][0] for i, r in enumerate(results)]  # fmt: skip
         answer = {"id": ident, "object": "text_completion", "created": created, "model": model,
                   "system_fingerprint": self.fingerprint(), "choices": choices, "usage": billed}  # fmt: skip
-        return JSONResponse(answer, headers={TOKENS_HEADER: str(billed["total_tokens"])})
+        return self.whole(answer, arrived)
+
+    def whole(self, answer: dict[str, Any], arrived: float) -> JSONResponse:
+        """A whole answer (completions' or chat's), judged for goodput (its first text is all of
+        it) and carrying what it spent of its key's tokens per minute for the load balancers."""
+        done = time.monotonic()
+        self.judge(arrived, done, done, answer["usage"]["completion_tokens"])
+        return JSONResponse(answer, headers={TOKENS_HEADER: str(answer["usage"]["total_tokens"])})
 
     def judge(self, arrived: float, first: float, done: float, tokens: int) -> None:
         """Counts an answer in goodput when it met the fleet's objectives: its first text within
