@@ -12,6 +12,10 @@ description:
     relative to the FT tree, then flags). Every converter writes into C(<out_dir>/<tp>-gpu).
     The GPT-J converter converts C(--n-layers) layers, 28 unless told; pass C(num_layer) so
     a model of another depth is converted whole.
+  - ft_converter_imports(family) returns what the family's converter imports beyond the FT
+    image, as dicts of statement (the import line), requirements (the pip requirements that
+    provide it, with environment markers; empty when the image must bring it) and cflags (to
+    build one from source).
   - ft_gemm_argv(params, batch_size, beam_width, max_input_len, data_type, tp) returns the argv
     of gpt_gemm (one binary for every decoder family), with the FULL head count and inter size:
     gpt_gemm divides by the tensor-parallel size itself.
@@ -41,9 +45,13 @@ _value:
 
 from typing import Any
 
-from ftdomain.ft.commands import ft_converter_argv, ft_gemm_argv
+from ftdomain.ft.commands import ft_converter_argv, ft_converter_imports, ft_gemm_argv
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"ft_converter_argv": ft_converter_argv, "ft_gemm_argv": ft_gemm_argv}
+        return {
+            "ft_converter_argv": ft_converter_argv,
+            "ft_converter_imports": ft_converter_imports,
+            "ft_gemm_argv": ft_gemm_argv,
+        }

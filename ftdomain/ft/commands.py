@@ -58,6 +58,16 @@ def ft_converter_argv(
     return [fam.converter, *argv]
 
 
+def ft_converter_imports(family: Any) -> list[dict[str, Any]]:
+    """What the family's upstream converter imports beyond the FT image: statement, requirements
+    (none when the image must bring it) and cflags, for ftnative.converter_deps."""
+    fam = get_family(family, "ft_converter_imports")
+    return [
+        {"statement": i.statement, "requirements": list(i.requirements), "cflags": i.cflags}
+        for i in fam.converter_imports
+    ]
+
+
 def ft_gemm_argv(
     params: Any,
     batch_size: Any,

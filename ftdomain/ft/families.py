@@ -34,6 +34,18 @@ FLAVOURS = {
 
 
 @dataclass(frozen=True)
+class ConverterImport:
+    """One import of the family's upstream converter: the line as the converter writes it, and the
+    pip requirements that provide it when the FT image lacks it (none: the image must bring it),
+    with environment markers where the release depends on the image's Python."""
+
+    statement: str
+    requirements: tuple[str, ...] = ()
+    # CFLAGS for building a requirement from source (no wheel for the image's Python).
+    cflags: str = ""
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     model_type: str  # the backend's model_type parameter
@@ -55,6 +67,9 @@ class Family:
     # neighbouring pairs): FT's decoder attention takes neox_rotary_style for GptNeoX and void-main's
     # LLaMA, and applies it through a transpose in shared memory (ft_kernel_problems).
     neox_rotary: bool = False
+    # What the upstream converter imports beyond FT's image (docker/Dockerfile.torch: the NGC
+    # pytorch image, NeMo[nlp] and with it transformers): ft_convert's upstream engine installs it.
+    converter_imports: tuple[ConverterImport, ...] = ()
 
 
 _BASE_KEYS = ("model_name", "head_num", "size_per_head", "inter_size", "num_layer", "vocab_size")
@@ -254,6 +269,19 @@ FAMILIES: dict[str, Family] = {
         int8=True,
         flavour="void-main",
         neox_rotary=True,
+        # void-main's huggingface_llama_convert.py: `from bfloat16 import bfloat16` (GreenWaves'
+        # numpy extension, its bf16 dtype), which no image installs. 1.2.0 has wheels for CPython
+        # 3.9 to 3.12 only; on 3.8 (the default 22.04 image's) 1.1 builds from its source archive,
+        # whose C++ needs <memory> that GCC 11 and later no longer bring through <array> (1.1 does
+        # not build on 3.11: it assigns to Py_TYPE()).
+        converter_imports=(
+            ConverterImport("from transformers import LlamaForCausalLM"),
+            ConverterImport(
+                "from bfloat16 import bfloat16",
+                ('bfloat16==1.1; python_version < "3.9"', 'bfloat16==1.2.0; python_version >= "3.9"'),
+                "-include memory",
+            ),
+        ),
         hf_keys={
             "hidden": ("hidden_size",),
             "heads": ("num_attention_heads",),
