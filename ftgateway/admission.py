@@ -129,6 +129,8 @@ class Admission:
         except asyncio.TimeoutError:
             if waiter.granted():
                 return waiter.started  # given its slots just as the wait ran out: keep them
+            if waiter.ready.done() and not waiter.ready.cancelled():
+                raise waiter.ready.exception() from None  # pushed out just as it ran out: counted then
             self._forget(waiter)
             raise self._refuse(
                 WAITED,

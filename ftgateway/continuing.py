@@ -35,7 +35,7 @@ import httpx
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from .errors import UNAVAILABLE, UNLOADING, PeerFailed
+from .errors import UNAVAILABLE, UNLOADING, PeerFailed, bearer_token
 from .sampling import UINT64_MAX, Sampling
 from .triton import Step, Tokens
 
@@ -121,8 +121,7 @@ class Continuing:
 
     def authorized(self, header: str) -> bool:
         """Whether an Authorization header carries the fleet key (the internal routes' only key)."""
-        scheme, _, token = header.partition(" ")
-        return bool(self.key) and scheme.lower() == "bearer" and hmac.compare_digest(token.strip(), self.key)
+        return bool(self.key) and hmac.compare_digest(bearer_token(header), self.key)
 
     def client(self, peer: Peer) -> httpx.AsyncClient:
         """One client per peer, made inside the server's event loop and kept (its connections too)."""

@@ -44,6 +44,12 @@ BUSY_STATUS_HEADER = "X-Ftfleet-Busy-Status"
 TOKENS_HEADER = "X-Ftfleet-Tokens"
 
 
+def bearer_token(header: str) -> str:
+    """The token of an `Authorization: Bearer <token>` header ("" for any other header)."""
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
 def upstream_down(message: str) -> ApiError:
     return ApiError(503, message, kind="server_error", code="upstream_down",
                     headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
@@ -81,6 +87,11 @@ def triton_error(err: InferenceServerException) -> ApiError:
     if str(err.status()) in UNAVAILABLE or any(words in (err.message() or "") for words in UNLOADING):
         return upstream_down(f"tritonserver unavailable: {err.message()}")
     return ApiError(502, f"tritonserver: {err.message()}", kind="server_error", code="upstream_error")
+
+
+def failure_cause(err: BaseException) -> str:
+    """What failed, in words: the gateway's reading of a tritonserver error, else the error."""
+    return triton_error(err).message if isinstance(err, InferenceServerException) else str(err)
 
 
 @contextmanager

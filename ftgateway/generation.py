@@ -15,7 +15,7 @@ from prometheus_client import Counter, Histogram
 from tritonclient.utils import InferenceServerException
 
 from .continuing import Clock, Continuation, Continuing, broken
-from .errors import ApiError, PeerFailed, triton_error, upstream, upstream_down
+from .errors import ApiError, PeerFailed, failure_cause, upstream, upstream_down
 from .sampling import Sampling
 from .tokenizing import Tokenizing
 from .tokens import sequences_of, word_list_of
@@ -267,7 +267,7 @@ class Generation:
                     yield step
                 return
             except (InferenceServerException, OSError, PeerFailed) as err:
-                cause = triton_error(err).message if isinstance(err, InferenceServerException) else str(err)
+                cause = failure_cause(err)
                 if moving.moved is not None and isinstance(err, PeerFailed) and not err.broken:
                     self._failed()
                     raise PeerFailed(f"{moving.cause}; {err}", broken=False) from err
@@ -316,7 +316,7 @@ class Generation:
                     raise
                 # Its beams change until the last step: no partial answer to go on from. The whole
                 # request is retryable (nothing was sent): HAProxy sends it to another host.
-                cause = triton_error(err).message if isinstance(err, InferenceServerException) else str(err)
+                cause = failure_cause(err)
                 raise upstream_down(f"{cause}; a beam search (best_of or n above 1) is not continued on another "
                                     "host: retry the request") from err  # fmt: skip
             results = []

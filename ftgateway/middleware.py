@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .admission import REASONS
 from .config import Key, Keys
-from .errors import ApiError
+from .errors import ApiError, bearer_token
 
 
 class Metrics:
@@ -102,11 +102,11 @@ class Auth:
     async def __call__(self, request: Request) -> Optional[Key]:
         if self.keys is None:
             return None
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = bearer_token(request.headers.get("authorization", ""))
+        if not token:
             raise ApiError(401, "no API key: send 'Authorization: Bearer <key>'", kind="authentication_error",
                            code="missing_api_key")  # fmt: skip
-        key = self.keys.find(token.strip())
+        key = self.keys.find(token)
         if key is None:
             raise ApiError(401, "the API key is not valid", kind="authentication_error", code="invalid_api_key")
         refused = key.refusal(self.model, time.time())

@@ -150,6 +150,28 @@ def test_a_full_queue_makes_room_for_a_lighter_key_by_refusing_the_heaviests_new
     assert (held, waiters) == ({"light": 1}, 0)
 
 
+def test_a_waiter_pushed_out_just_as_its_wait_runs_out_is_refused_once_as_over_share(monkeypatch):
+    async def main():
+        refused = []
+        admission = Admission(1, 5.0, 1, refused.append)
+        await admission.take("flood")
+
+        async def runs_out(ready, _timeout):
+            ready.cancel()  # as wait_for does with what it waited on
+            assert admission._make_room("light")  # a lighter key's push lands as the wait's time is up
+            raise asyncio.TimeoutError
+
+        monkeypatch.setattr(asyncio, "wait_for", runs_out)
+        with pytest.raises(ApiError) as err:
+            await admission.take("flood")
+        return err.value, refused, admission.waiters
+
+    err, refused, waiters = run(main())
+    assert (err.status, err.code) == (429, "over_share")
+    assert refused == ["over_share"]  # not counted again as a wait that ran out
+    assert waiters == 0
+
+
 def test_a_client_that_leaves_while_it_waits_leaves_no_slot_taken():
     async def main():
         admission = Admission(1, 5.0, 4)
