@@ -159,7 +159,7 @@ def test_a_waiter_pushed_out_just_as_its_wait_runs_out_is_refused_once_as_over_s
         async def runs_out(ready, _timeout):
             ready.cancel()  # as wait_for does with what it waited on
             assert admission._make_room("light")  # a lighter key's push lands as the wait's time is up
-            raise asyncio.TimeoutError
+            raise TimeoutError
 
         monkeypatch.setattr(asyncio, "wait_for", runs_out)
         with pytest.raises(ApiError) as err:
