@@ -51,7 +51,10 @@ class Tokenizing:
                 if self._verified_at != self.transport.resets:
                     seen = self.transport.resets
                     earlier = self.local if self.decodes_offline else None
-                    self.local, self.reason = LocalTokenizer.load(self.tokenizer_dir)
+                    # A tokenizer verified before, whose files did not change (invalidate() was
+                    # not called), is compared again as it is: loading it again reads nothing new.
+                    if earlier is None:
+                        self.local, self.reason = LocalTokenizer.load(self.tokenizer_dir)
                     try:
                         differs = await self._differs() if self.local else self.reason
                     except (InferenceServerException, OSError):
