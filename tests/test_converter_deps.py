@@ -7,7 +7,7 @@ pip and a C++ compiler, and, for the image the FT build makes, transformers inst
 (FT's Dockerfile.torch brings it with NeMo[nlp]). The role's converter-deps tasks run against
 each: without transformers the run fails naming the import line; with it, bfloat16 is installed
 into the tools directory once (1.2.0's wheel for Python 3.11; the 22.04 image's 3.8 takes 1.1 from
-source, tests/unit/test_converter_deps.py and docs/models.md) and the second run installs
+source, tests/unit/test_converter_imports.py and docs/models.md) and the second run installs
 nothing. Then, run as the role runs the converter (its PYTHONPATH prefix and mount), the
 converter's own import lines and its bf16 conversion (`param.astype(bfloat16).tofile(...)`, for
 each tensor it writes whole) give the same bytes as the project's converter (ftnative) on a tiny
