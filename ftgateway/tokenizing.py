@@ -50,20 +50,18 @@ class Tokenizing:
             async with self._verifying:
                 if self._verified_at != self.transport.resets:
                     seen = self.transport.resets
-                    earlier = self.local if self.decodes_offline else None
                     # A tokenizer verified before, whose files did not change (invalidate() was
                     # not called), is compared again as it is: loading it again reads nothing new.
-                    if earlier is None:
+                    verified = self.decodes_offline
+                    if not verified:
                         self.local, self.reason = LocalTokenizer.load(self.tokenizer_dir)
                     try:
                         differs = await self._differs() if self.local else self.reason
                     except (InferenceServerException, OSError):
-                        if earlier is None:
+                        if not verified:
                             raise
-                        # tritonserver is gone (a generation continues on another host):
-                        # the tokenizer verified before, whose files did not change, decodes
-                        # until it is back and can be compared again.
-                        self.local = earlier
+                        # tritonserver is gone (a generation continues on another host): the
+                        # verified tokenizer decodes until it is back and can be compared again.
                         return True
                     self.reason = differs or "equal to the preprocessing and postprocessing models"
                     self._ok, self._verified_at = not differs, seen
