@@ -32,7 +32,7 @@ _value:
 
 from typing import Any
 
-from ftdomain.fleet.model import fleet_model_problems, fleet_model_resolved, fleet_source_label
+from ftdomain.fleet.model import fleet_model_problems, fleet_model_resolved, fleet_source_kind, fleet_source_label
 
 
 class FilterModule:
@@ -41,4 +41,5 @@ class FilterModule:
             "fleet_model_problems": fleet_model_problems,
             "fleet_model_resolved": fleet_model_resolved,
             "fleet_source_label": fleet_source_label,
+            "fleet_source_kind": fleet_source_kind,
         }

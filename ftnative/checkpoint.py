@@ -5,6 +5,7 @@ is read through a memory map that is dropped after use, so only the tensors bein
 resident. pytorch_model.bin files (torch.save's zip archive) are read the same way, with numpy
 alone and a pickle reader that runs nothing from the file (ftnative.torchfile). Sharded
 checkpoints (model.safetensors.index.json, pytorch_model.bin.index.json) are followed.
+ftnative.jaxslim.open_checkpoint opens these or a slim GPT-J checkpoint of mesh-transformer-jax.
 """
 
 from __future__ import annotations

@@ -38,8 +38,9 @@ from ftdomain.ft.model import ft_model_params, ft_parallelism_problems
 from ftdomain.ft.tensors import dims
 
 from . import __version__
-from .checkpoint import Checkpoint, CheckpointError, f32_to_bf16
+from .checkpoint import CheckpointError, f32_to_bf16
 from .hfmap import mapping
+from .jaxslim import open_checkpoint
 
 MANIFEST = "conversion.json"
 
@@ -63,7 +64,7 @@ def _convert_part(job: tuple[str, str, dict, int, str], layer: int | None, out: 
     """Write the files of one layer (or of the global tensors, layer None); return the bytes written.
     job: (checkpoint directory, family, params, tp, weight dtype)."""
     ckpt_dir, family, params, tp, dtype = job
-    ckpt = Checkpoint(ckpt_dir)
+    ckpt = open_checkpoint(ckpt_dir)
     fam = FAMILIES[family]
     make = mapping(family, ckpt.config, tp, dtype)
     d = dims(params, "ftnative.convert")
@@ -156,10 +157,12 @@ def restore_previous(out: Path, tp: int) -> Path:
 def _model_params(ckpt_dir: str | Path, family: str, tp: int, weight_dtype: str) -> dict:
     """The FT parameters of the checkpoint, or ConversionError when it cannot be converted as asked."""
     try:
-        config = Checkpoint(ckpt_dir).config
+        ckpt = open_checkpoint(ckpt_dir)
     except (CheckpointError, OSError, ValueError) as err:
         raise ConversionError(str(err)) from None
-    return model_params_from_config(config, family, tp, weight_dtype)
+    if getattr(ckpt, "family", family) != family:
+        raise ConversionError(f"{ckpt_dir}: a {ckpt.family} checkpoint (its layout), not {family}")
+    return model_params_from_config(ckpt.config, family, tp, weight_dtype)
 
 
 def model_params_from_config(config: dict, family: str, tp: int, weight_dtype: str) -> dict:

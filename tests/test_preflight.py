@@ -531,3 +531,35 @@ def test_a_checkpoint_in_a_directory_on_the_controller_is_read_there(lab, tmp_pa
     assert rc != 0, out
     assert "fleet_model.source has path and revision" in " ".join(out.split()), out
     assert changed_count(out) == 0
+
+
+def test_a_slim_gptj_archive_is_checked_from_the_inventory(lab, tmp_path):
+    """fleet_model.source.archive: nothing is downloaded on the controller; the shape is GPT-J-6B's
+    unless source.config says otherwise, the tokenizer's end token is checked against it, the
+    weights are sized from the shape, and the upstream engine is refused with the fix."""
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_text(json.dumps({"added_tokens": [{"id": 50256, "content": "<|endoftext|>"}]}))
+    (tokenizer / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
+    # GPT-J-6B's width in 2 layers: its disk need fits this machine's disk.
+    source = {"archive": "https://the-eye.example/GPT-J-6B/step_383500_slim.tar.zstd", "sha256": "ab" * 32,
+              "tokenizer": str(tokenizer), "config": {"n_layer": 2}}  # fmt: skip
+    model = {"name": "gptj-6b", "family": "gptj", "source": source}
+    if lab.get("installed") != "a100x1":
+        assert preflight(lab, "a100x1")[0] == 0
+        lab["installed"] = "a100x1"
+    rc, out = preflight(lab, "a100x1", fleet_model=model)
+    assert rc == 0, out
+    said = " ".join(out.split())
+    # 2 layers of 201 M parameters, the embedding and the head of 206 M each, in bfloat16
+    assert "preflight passed: gptj-6b (gptj, tp 1 x pp 1 on GPUs 0; weights jax-slim sharded, 1.63 GB)" in said, said
+    assert changed_count(out) == 0
+
+    bad_eos = {**source, "config": {"n_layer": 2, "eos_token_id": 7}}
+    rc, out = preflight(lab, "a100x1", fleet_model={**model, "source": bad_eos}, fleet_convert_engine="upstream")
+    assert rc != 0, out
+    said = " ".join(out.split())
+    assert "FT's converter of a slim GPT-J (gptj_ckpt_convert.py) imports JAX" in said, said
+    assert "eos_token_id" in said, said
+    assert "50256" in said, said
+    assert changed_count(out) == 0

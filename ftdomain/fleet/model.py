@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.archive import fleet_archive_config, fleet_archive_problems
 from ftdomain.ft.families import DTYPE_BYTES, FAMILIES
 
 DEFAULTS = {"checkpoint_dtype": "fp16", "data_type": "fp16"}
@@ -65,12 +66,42 @@ def _path_problems(source: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def fleet_source_kind(source: Any) -> str:
+    """git (url, revision), path (a directory on the controller) or archive (a slim GPT-J archive)."""
+    if isinstance(source, Mapping) and "archive" in source:
+        return "archive"
+    if isinstance(source, Mapping) and "path" in source:
+        return "path"
+    return "git"
+
+
 def fleet_source_label(model: Mapping[str, Any]) -> str:
-    """Where a valid model's checkpoint comes from, for messages: url @ revision, or the directory."""
+    """Where a valid model's checkpoint comes from, for messages: url @ revision, the directory or the archive."""
     source = model["source"]
-    if "path" in source:
+    kind = fleet_source_kind(source)
+    if kind == "archive":
+        return f"{source['archive']} (a slim GPT-J archive, sha256 {source['sha256'][:12]}...)"
+    if kind == "path":
         return f"{source['path']} (a directory on the controller)"
     return f"{source['url']} @ {source['revision']}"
+
+
+def _source_problems(model: Mapping[str, Any], source: Any, family: Any) -> list[str]:
+    if not isinstance(source, Mapping):
+        return [f"fleet_model.source={source!r}: must be a dict with url and revision, path, or archive"]
+    if "archive" in source:
+        return fleet_archive_problems(source, family) + _format_problems(model, {})
+    if "path" in source:
+        return _path_problems(source) + _format_problems(model, {})
+    problems = _str_problem(source, "url", "fleet_model.source")
+    problems += _str_problem(source, "revision", "fleet_model.source")
+    problems += _format_problems(model, source)
+    commit = source.get("commit") or ""
+    if not isinstance(commit, str) or (commit and not re.fullmatch(r"[0-9a-f]{40}", commit)):
+        problems.append(f"fleet_model.source.commit={commit!r}: must be a full 40-character commit id or empty")
+    if not isinstance(source.get("token_required", False), bool):
+        problems.append(f"fleet_model.source.token_required={source.get('token_required')!r}: must be true or false")
+    return problems
 
 
 def fleet_model_problems(model: Any) -> list[str]:
@@ -80,24 +111,7 @@ def fleet_model_problems(model: Any) -> list[str]:
     family = model.get("family")
     if family not in FAMILIES:
         problems.append(f"fleet_model.family={family!r}: unknown model family (valid: {', '.join(sorted(FAMILIES))})")
-    source = model.get("source")
-    if not isinstance(source, Mapping):
-        problems.append(f"fleet_model.source={source!r}: must be a dict with url and revision, or path")
-    elif "path" in source:
-        problems += _path_problems(source)
-    else:
-        problems += _str_problem(source, "url", "fleet_model.source")
-        problems += _str_problem(source, "revision", "fleet_model.source")
-        problems += _format_problems(model, source)
-        commit = source.get("commit") or ""
-        if not isinstance(commit, str) or (commit and not re.fullmatch(r"[0-9a-f]{40}", commit)):
-            problems.append(f"fleet_model.source.commit={commit!r}: must be a full 40-character commit id or empty")
-        if not isinstance(source.get("token_required", False), bool):
-            problems.append(
-                f"fleet_model.source.token_required={source.get('token_required')!r}: must be true or false"
-            )
-    if isinstance(source, Mapping) and "path" in source:
-        problems += _format_problems(model, {})
+    problems += _source_problems(model, model.get("source"), family)
     for key in ("checkpoint_dtype", "data_type"):
         value = model.get(key, DEFAULTS[key])
         if value not in DTYPE_BYTES:
@@ -118,7 +132,10 @@ def fleet_model_resolved(model: Any) -> dict[str, Any]:
     problems = fleet_model_problems(model)
     if problems:
         raise AnsibleFilterError("fleet_model_resolved: " + "; ".join(problems))
-    if "path" in model["source"]:
+    kind = fleet_source_kind(model["source"])
+    if kind == "archive":
+        source = {**model["source"], "config": fleet_archive_config(model["source"]), "token_required": False}
+    elif kind == "path":
         source = {"path": model["source"]["path"], "token_required": False}
     else:
         source = {"commit": "", "token_required": False, **model["source"]}

@@ -5,6 +5,12 @@ from __future__ import annotations
 import pytest
 
 from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.archive import (
+    fleet_archive_id,
+    fleet_archive_listing,
+    fleet_archive_tokenizer_problems,
+    fleet_archive_weights_problems,
+)
 from ftdomain.fleet.model import fleet_model_problems, fleet_model_resolved, fleet_source_label
 
 KOGPT = {
@@ -63,3 +69,65 @@ def test_a_directory_source_needs_no_git_fields():
     assert resolved["source"] == {"path": "/srv/models/kogpt", "token_required": False}
     assert fleet_source_label(model) == "/srv/models/kogpt (a directory on the controller)"
     assert fleet_source_label(KOGPT) == "https://huggingface.co/kakaobrain/kogpt @ KoGPT6B-ryan1.5b-float16"
+
+
+SLIM = {
+    "name": "gptj-6b",
+    "family": "gptj",
+    "source": {"archive": "https://the-eye.eu/public/AI/GPT-J-6B/step_383500_slim.tar.zstd", "sha256": "ab" * 32,
+               "tokenizer": "/srv/tokenizers/gpt-j-6b"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ({"archive": "step_383500_slim.tar.zstd"}, "source.archive='step_383500_slim.tar.zstd': must be a URL"),
+        ({"archive": "https://h/x.zip"}, "must end with one of .tar.zstd, .tar.zst, .tar.gz, .tgz, .tar.xz, .tar"),
+        ({"sha256": "AB" * 32}, "must be the archive's sha256, 64 lowercase hex digits"),
+        ({"sha256": None}, "fleet_model.source.sha256=None"),
+        ({"revision": "main"}, "fleet_model.source has archive and revision: a checkpoint comes from one source kind"),
+        ({"config": [1]}, "fleet_model.source.config=[1]: must be a dict"),
+        ({"tokenizer": None}, "fleet_model.source.tokenizer=None: the archive has no tokenizer"),
+        ({"tokenizer": "tok"}, "fleet_model.source.tokenizer='tok'"),
+    ],
+)
+def test_each_problem_of_an_archive_source_is_named(source, problem):
+    problems = fleet_model_problems({**SLIM, "source": {**SLIM["source"], **source}})
+    assert any(problem in p for p in problems), problems
+
+
+def test_an_archive_source_is_gptjs_and_its_identity_follows_archive_and_shape():
+    assert fleet_model_problems(SLIM) == []
+    assert any(
+        "fleet_model.family='llama' with source.archive" in p for p in fleet_model_problems({**SLIM, "family": "llama"})
+    )
+    resolved = fleet_model_resolved(SLIM)
+    assert resolved["source"]["config"]["n_layer"] == 28  # GPT-J-6B's shape where the inventory gives none
+    assert fleet_source_label(SLIM).endswith("(a slim GPT-J archive, sha256 abababababab...)")
+    smaller = {**SLIM["source"], "config": {"n_layer": 2}}
+    assert fleet_model_resolved({**SLIM, "source": smaller})["source"]["config"]["n_layer"] == 2
+    ids = {
+        fleet_archive_id(SLIM["source"]),
+        fleet_archive_id(smaller),
+        fleet_archive_id({**SLIM["source"], "sha256": "cd" * 32}),
+    }
+    assert len(ids) == 3
+    assert all(len(i) == 40 for i in ids)
+    assert fleet_archive_weights_problems("native") == []
+    assert "imports JAX" in fleet_archive_weights_problems("upstream")[0]
+
+
+def test_an_archive_sources_tokenizer_is_read_on_the_controller(tmp_path):
+    source = {**SLIM["source"], "tokenizer": str(tmp_path / "missing")}
+    assert "no such directory on the controller" in fleet_archive_tokenizer_problems(source)[0]
+    (tmp_path / "tok").mkdir()
+    source["tokenizer"] = str(tmp_path / "tok")
+    assert "none of tokenizer.json, vocab.json in it" in fleet_archive_tokenizer_problems(source)[0]
+    (tmp_path / "tok" / "tokenizer.json").write_text('{"added_tokens": [{"id": 50256, "content": "<|endoftext|>"}]}')
+    (tmp_path / "tok" / "tokenizer_config.json").write_text('{"eos_token": "<|endoftext|>"}')
+    assert fleet_archive_tokenizer_problems(source) == []
+    listing = fleet_archive_listing(source)
+    assert listing["tokenizer"] == {"eos": ["<|endoftext|>", 50256]}
+    assert listing["files"] == []
+    assert listing["commit"] == fleet_archive_id(source)
