@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_playbook
+from guideclients import ft_request, infer
 from tritonlocal import server_errors, tiny_model, tritonserver
 
 torch = pytest.importorskip("torch")
@@ -288,51 +289,15 @@ def assert_ensemble_answers(repo: Path, tmp_path: Path, tokenizer, model, python
     assert text.startswith(prompt)
 
 
-def _ft_request(prompt_ids: list[int], end_id: int) -> dict:
-    """What fastertransformer_backend's end-to-end and identity clients (tools/gpt/, which the
-    GPT-NeoX guide runs) send to the fastertransformer model: every input, [batch, 1] scalars,
-    empty bad/stop word lists as [batch, 2, 1] (ids 0, offsets -1)."""
-    import numpy as np  # noqa: PLC0415
-
-    one = lambda value, dtype: np.array([[value]], dtype=dtype)  # noqa: E731
-    return {
-        "input_ids": np.array([prompt_ids], dtype=np.uint32),
-        "input_lengths": one(len(prompt_ids), np.uint32),
-        "request_output_len": one(10, np.uint32),
-        "runtime_top_k": one(1, np.uint32),
-        "runtime_top_p": one(0.0, np.float32),
-        "beam_search_diversity_rate": one(0.0, np.float32),
-        "temperature": one(1.0, np.float32),
-        "len_penalty": one(1.0, np.float32),
-        "repetition_penalty": one(1.3, np.float32),
-        "random_seed": one(0, np.uint64),
-        "is_return_log_probs": one(True, bool),
-        "beam_width": one(1, np.uint32),
-        "start_id": one(end_id, np.uint32),
-        "end_id": one(end_id, np.uint32),
-        "bad_words_list": np.array([[[0], [-1]]], dtype=np.int32),
-        "stop_words_list": np.array([[[0], [-1]]], dtype=np.int32),
-        "prompt_learning_task_name_ids": one(0, np.uint32),
-        "top_p_decay": one(1.0, np.float32),
-        "top_p_min": one(0.0, np.float32),
-        "top_p_reset_ids": one(end_id, np.uint32),
-    }
-
-
-_TRITON_TYPES = {"uint32": "UINT32", "float32": "FP32", "uint64": "UINT64", "bool": "BOOL", "int32": "INT32",
-                 "object": "BYTES"}  # fmt: skip
-
-
-def _infer(module, url: str, model: str, arrays: dict, outputs: list[str]) -> dict:
-    """One request with tritonclient's HTTP or gRPC client, as the guides' clients make it."""
-    with module.InferenceServerClient(url) as client:
-        inputs = []
-        for name, array in arrays.items():
-            tensor = module.InferInput(name, list(array.shape), _TRITON_TYPES[array.dtype.name])
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        result = client.infer(model, inputs, outputs=[module.InferRequestedOutput(o) for o in outputs])
-        return {name: result.as_numpy(name) for name in outputs}
+def guide_clients(http: str, grpc: str, prompt: str, end_id: int, beam: int = 0) -> dict:
+    """tests/guideclients.py: the guides' clients' requests, their exact tensors, 10 tokens
+    with FT's repetition penalty at 1.3."""
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "guideclients.py"), "--http", http,
+                           "--grpc", grpc, "--prompt", prompt, "--tokens", "10", "--end-id", str(end_id),
+                           "--repetition-penalty", "1.3", "--beam", str(beam)],
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 @pytest.mark.parametrize("family", ["gptneox", "gpt"])
@@ -341,49 +306,34 @@ def test_the_clients_of_fastertransformer_backend_work_unchanged(playbook, tmp_p
     the guides' clients send (GPT-NeoX's end-to-end client always sends beam_search_diversity_rate),
     and the ensemble with INPUT_0..3 and sampling inputs; each answer equals the reference decoder's
     (FT's repetition penalty, its log probabilities) on the same shards."""
-    import numpy as np  # noqa: PLC0415
-    import tritonclient.grpc as grpcclient  # noqa: PLC0415
-    import tritonclient.http as httpclient  # noqa: PLC0415
-
     from ftnative.decode import load  # noqa: PLC0415
 
     tokenizer, _, repo, shards = served_repository(playbook, tmp_path, family)
     prompt = "Ansible automation that takes bare GPU hosts"
     ids, end_id = tokenizer.encode(prompt), tokenizer.eos_token_id
     reference = list(load(shards).steps(ids, 10, repetition_penalty=1.3, end_id=end_id))
-    tokens = [s.token for s in reference]
-    ft_outputs = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs"]
+    tokens, cum = [s.token for s in reference], reference[-1].cum_log_prob
     with tritonserver(repo, tmp_path) as server:
-        for module, url in ((httpclient, f"127.0.0.1:{server.http}"), (grpcclient, f"127.0.0.1:{server.grpc}")):
-            answer = _infer(module, url, "fastertransformer", _ft_request(ids, end_id), ft_outputs)
-            length = int(answer["sequence_length"].reshape(-1)[0])
-            assert answer["output_ids"].reshape(-1)[:length].tolist() == ids + tokens, module.__name__
-            np.testing.assert_allclose(answer["cum_log_probs"].reshape(-1)[0], reference[-1].cum_log_prob, atol=1e-4)
-            text = np.array([[prompt.encode()]], dtype=object)
-            words = np.array([[b""]], dtype=object)
-            ensemble = {
-                "INPUT_0": text, "INPUT_1": np.array([[10]], dtype=np.uint32), "INPUT_2": words, "INPUT_3": words,
-                "runtime_top_k": np.array([[1]], dtype=np.uint32), "repetition_penalty": np.array([[1.3]], np.float32),
-                "beam_search_diversity_rate": np.array([[0.0]], dtype=np.float32),
-                "is_return_log_probs": np.array([[True]]), "end_id": np.array([[end_id]], dtype=np.uint32),
-            }  # fmt: skip
-            answer = _infer(module, url, "ensemble", ensemble, ["OUTPUT_0", "sequence_length", "cum_log_probs"])
-            assert answer["OUTPUT_0"].reshape(-1)[0].decode() == tokenizer.decode(ids + tokens), module.__name__
-            np.testing.assert_allclose(answer["cum_log_probs"].reshape(-1)[0], reference[-1].cum_log_prob, atol=1e-4)
+        seen = guide_clients(f"127.0.0.1:{server.http}", f"127.0.0.1:{server.grpc}", prompt, end_id, beam=2)
+        assert seen["ids"] == ids  # the server's preprocessing tokenizes as the tokenizer does
+        for protocol in ("http", "grpc"):
+            answer = seen["fastertransformer"][protocol]
+            assert answer["output_ids"] == ids + tokens, protocol
+            assert answer["cum_log_probs"] == pytest.approx(cum, abs=1e-4)
+            assert answer["text"] == tokenizer.decode(ids + tokens), protocol
+            assert seen["ensemble"][protocol]["text"] == tokenizer.decode(ids + tokens), protocol
+            assert seen["ensemble"][protocol]["cum_log_probs"] == pytest.approx(cum, abs=1e-4)
+        # beam search, as the identity client asks for it (beam_width 2, len_penalty, diversity 0)
+        expected = load(shards).beam_search(ids, 10, 2, len_penalty=1.0, repetition_penalty=1.3, end_id=end_id)
+        assert seen["beam"]["output_ids"] == [b.tokens for b in expected]
+        assert seen["beam"]["cum_log_probs"] == pytest.approx([b.cum for b in expected], abs=1e-4)
         # scripts/ftfleet-query sends the same sampling inputs through the ensemble
         query = [sys.executable, str(ROOT / "scripts" / "ftfleet-query"), "--url", f"http://127.0.0.1:{server.http}",
                  "--tokens", "10", "--repetition-penalty", "1.3", "--log-probs", prompt]  # fmt: skip
         done = subprocess.run(query, capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(tokenizer.decode(ids + tokens) + "\n")
-        assert f"cum_log_probs: {reference[-1].cum_log_prob:.4f}" in done.stdout
-        # beam search, as the identity client asks for it (beam_width 2, len_penalty, diversity 0)
-        beam = {**_ft_request(ids, end_id), "beam_width": np.array([[2]], dtype=np.uint32)}
-        expected = load(shards).beam_search(ids, 10, 2, len_penalty=1.0, repetition_penalty=1.3, end_id=end_id)
-        answer = _infer(grpcclient, f"127.0.0.1:{server.grpc}", "fastertransformer", beam, ft_outputs)
-        lengths = answer["sequence_length"].reshape(2)
-        assert [answer["output_ids"][0, b, : lengths[b]].tolist() for b in range(2)] == [b.tokens for b in expected]
-        np.testing.assert_allclose(answer["cum_log_probs"].reshape(2), [b.cum for b in expected], atol=1e-4)
+        assert f"cum_log_probs: {cum:.4f}" in done.stdout
 
 
 def _threads_cpu(pid: int) -> dict[int, int]:
@@ -418,14 +368,14 @@ def test_the_stand_in_spends_its_cpu_decoding_not_spinning(playbook, tmp_path):
     ids, end_id = tokenizer.encode("Ansible automation that takes bare GPU hosts"), tokenizer.eos_token_id
     with tritonserver(repo, tmp_path, venv) as server:
         url = f"127.0.0.1:{server.http}"
-        _infer(httpclient, url, "fastertransformer", _ft_request(ids, end_id), ["output_ids"])  # warm
+        infer(httpclient, url, "fastertransformer", ft_request(ids, 10, end_id, 1.3), ["output_ids"])  # warm
         found = subprocess.run(["pgrep", "-f", f"triton_python_backend_stub {repo}/fastertransformer/"],
                                capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
         assert len(found) == 1, found
         stub = int(found[0])
         before = _threads_cpu(stub)
         for _ in range(60):
-            _infer(httpclient, url, "fastertransformer", _ft_request(ids, end_id), ["output_ids"])
+            infer(httpclient, url, "fastertransformer", ft_request(ids, 10, end_id, 1.3), ["output_ids"])
             time.sleep(0.02)  # a gap between requests, as a load's clients leave: where a worker spins
         after = _threads_cpu(stub)
     used = {tid: after[tid] - before.get(tid, 0) for tid in after}
@@ -483,9 +433,9 @@ def test_an_early_llama_conversion_named_llamatokenizer_serves(playbook, tmp_pat
         url = f"127.0.0.1:{server.grpc}"
         asked = {"QUERY": text, "REQUEST_OUTPUT_LEN": np.array([[10]], np.uint32), "BAD_WORDS_DICT": words,
                  "STOP_WORDS_DICT": words}  # fmt: skip
-        pre = _infer(grpcclient, url, "preprocessing", asked, ["INPUT_ID", "REQUEST_INPUT_LEN"])
+        pre = infer(grpcclient, url, "preprocessing", asked, ["INPUT_ID", "REQUEST_INPUT_LEN"])
         assert pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])].tolist() == ids
         ensemble = {"INPUT_0": text, "INPUT_1": np.array([[10]], dtype=np.uint32), "INPUT_2": words, "INPUT_3": words}
-        answer = _infer(grpcclient, url, "ensemble", ensemble, ["OUTPUT_0"])
+        answer = infer(grpcclient, url, "ensemble", ensemble, ["OUTPUT_0"])
     assert answer["OUTPUT_0"].reshape(-1)[0].decode() == tokenizer.decode(ids + new)
     assert answer["OUTPUT_0"].reshape(-1)[0].decode().startswith("<s> " + prompt)
