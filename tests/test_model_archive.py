@@ -123,3 +123,23 @@ def test_an_archive_without_a_slim_checkpoint_fails_clearly(lab, playbook):
     assert "no single directory with shard_0/0.npz in the archive" in out, out
     assert not lab["checkpoint"].exists()
     assert not Path(f"{lab['checkpoint']}.unpack").exists()
+
+
+def test_the_models_roles_convert_an_archive_as_its_hugging_face_checkpoint(lab, playbook):
+    """model_checkpoint then ft_convert (native engine), as the models stage runs them: the shards
+    equal the Hugging Face checkpoint's, recorded as made from the archive's identity."""
+    extra = lab["tmp"] / "extra-convert.json"
+    extra.write_text(json.dumps({
+        "fleet_model": {"name": "gptj-slim", "family": "gptj", "source": lab["source"]},
+        "fleet_data_root": str(lab["tmp"] / "data"), "fleet_tensor_para_size": 2,
+        "ft_convert_python": sys.executable, "ansible_python_interpreter": sys.executable,
+    }))  # fmt: skip
+    play = playbook("- hosts: localhost\n  connection: local\n  roles: [model_checkpoint, ft_convert]\n")
+    result = run_playbook(play, "-i", "localhost,", "-e", f"@{extra}")
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    shards = lab["tmp"] / "data" / "models" / "gptj-slim" / "fastertransformer" / "1" / "2-gpu"
+    from_hf = convert(lab["tmp"] / "hf", lab["tmp"] / "ft-hf", "gptj", 2, "fp32", log=lambda _m: None)
+    assert ft_files(shards) == ft_files(from_hf)
+    inputs = json.loads((shards / "conversion.json").read_text())["inputs"]
+    assert inputs["checkpoint"] == fleet_archive_id(lab["source"])
+    assert inputs["engine"] == "native"
