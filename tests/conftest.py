@@ -61,6 +61,23 @@ def run_playbook(*args: str | os.PathLike, **env: str) -> subprocess.CompletedPr
     )
 
 
+def failed_tasks(out: str, tail: int = 2000) -> str:
+    """A failed run's output, for an assertion message: each failing task's heading and its
+    error (fatal:/failed: lines and what follows, up to the next task), then the output's tail.
+    With many hosts, the tail alone can miss the one host whose task failed early."""
+    lines, picked, heading, keep = out.splitlines(), [], "", 0
+    for line in lines:
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            heading, keep = line, 0
+        elif line.startswith(("fatal: [", "failed: [")) or "[ERROR]: Task failed" in line:
+            picked += ["", heading, line]
+            keep = 40
+        elif keep:
+            picked.append(line)
+            keep -= 1
+    return "\n".join(picked) + "\n...\n" + out[-tail:]
+
+
 @pytest.fixture
 def playbook(tmp_path):
     """Write a playbook into tmp_path and return its path: playbook(yaml_text)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import ansible_runner
 import pytest
-from conftest import BIN, ROOT, run_playbook
+from conftest import BIN, ROOT, failed_tasks, run_playbook
 
 from ftfleet.events import Run, Step
 
@@ -67,9 +67,9 @@ def fleet():
         shutil.copytree(ROOT / "tests" / "fixtures" / "gpus" / recording, SHARED / "gpus" / recording)
     try:
         created = run_playbook("molecule/resources/create.yml", "-e", platforms)
-        assert created.returncode == 0, created.stdout[-3000:]
+        assert created.returncode == 0, failed_tasks(created.stdout + created.stderr)
         prepared = run_playbook("-i", FIXTURE / "inventory.yml", FIXTURE / "prepare.yml")
-        assert prepared.returncode == 0, prepared.stdout[-5000:]
+        assert prepared.returncode == 0, failed_tasks(prepared.stdout + prepared.stderr)
         yield
     finally:
         run_playbook("molecule/resources/destroy.yml", "-e", platforms)
