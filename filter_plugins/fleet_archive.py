@@ -16,7 +16,8 @@ description:
   - C(fleet_archive_id) returns the identity that stands for the commit - 40 hex digits of a sha256
     over the archive's sha256 and the config.
   - C(fleet_archive_tokenizer_files) returns the top-level files of C(source.tokenizer), copied beside the shards;
-    C(fleet_archive_tokenizer_problems) says why that directory cannot be read (empty when it can).
+    C(fleet_archive_controller_problems) says what the controller lacks - that directory, or the archive where
+    it is a path there (empty when nothing).
   - C(fleet_archive_weights) (source, parameter count) returns what C(fleet_checkpoint_weights) returns for a
     git source; C(fleet_archive_weights_problems) (the engine) says why an engine cannot convert it.
 options:
@@ -42,10 +43,10 @@ from typing import Any
 
 from ftdomain.fleet.archive import (
     fleet_archive_config,
+    fleet_archive_controller_problems,
     fleet_archive_id,
     fleet_archive_listing,
     fleet_archive_tokenizer_files,
-    fleet_archive_tokenizer_problems,
     fleet_archive_weights,
     fleet_archive_weights_problems,
 )
@@ -58,7 +59,7 @@ class FilterModule:
             "fleet_archive_config": fleet_archive_config,
             "fleet_archive_id": fleet_archive_id,
             "fleet_archive_tokenizer_files": fleet_archive_tokenizer_files,
-            "fleet_archive_tokenizer_problems": fleet_archive_tokenizer_problems,
+            "fleet_archive_controller_problems": fleet_archive_controller_problems,
             "fleet_archive_weights": fleet_archive_weights,
             "fleet_archive_weights_problems": fleet_archive_weights_problems,
         }

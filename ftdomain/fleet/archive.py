@@ -126,13 +126,19 @@ def _tokenizer(path: str) -> dict[str, Any]:
     return tokenizer_special_ids(read)
 
 
-def fleet_archive_tokenizer_problems(source: Mapping[str, Any]) -> list[str]:
-    """Why source.tokenizer cannot be read, as sentences with the fix; empty when it can."""
+def fleet_archive_controller_problems(source: Mapping[str, Any]) -> list[str]:
+    """What the controller lacks for the source, as sentences with the fix (empty when nothing):
+    source.tokenizer readable, and the archive itself where it is a path on the controller."""
+    problems = []
+    archive = source["archive"]
+    if archive.startswith("/") and not os.path.isfile(archive):
+        problems.append(f"{_where('archive')}={archive}: no such file on the controller; fix: the archive's path, "
+                        "or its URL (each host downloads it)")  # fmt: skip
     try:
         _tokenizer(source["tokenizer"])
     except AnsibleFilterError as err:
-        return [str(err)]
-    return []
+        problems.append(str(err))
+    return problems
 
 
 def fleet_archive_listing(source: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,9 +6,9 @@ import pytest
 
 from ftdomain.errors import AnsibleFilterError
 from ftdomain.fleet.archive import (
+    fleet_archive_controller_problems,
     fleet_archive_id,
     fleet_archive_listing,
-    fleet_archive_tokenizer_problems,
     fleet_archive_weights_problems,
 )
 from ftdomain.fleet.model import fleet_model_problems, fleet_model_resolved, fleet_source_label
@@ -118,15 +118,18 @@ def test_an_archive_source_is_gptjs_and_its_identity_follows_archive_and_shape()
     assert "imports JAX" in fleet_archive_weights_problems("upstream")[0]
 
 
-def test_an_archive_sources_tokenizer_is_read_on_the_controller(tmp_path):
+def test_an_archive_sources_tokenizer_and_path_are_checked_on_the_controller(tmp_path):
     source = {**SLIM["source"], "tokenizer": str(tmp_path / "missing")}
-    assert "no such directory on the controller" in fleet_archive_tokenizer_problems(source)[0]
+    assert "no such directory on the controller" in fleet_archive_controller_problems(source)[0]
     (tmp_path / "tok").mkdir()
     source["tokenizer"] = str(tmp_path / "tok")
-    assert "none of tokenizer.json, vocab.json in it" in fleet_archive_tokenizer_problems(source)[0]
+    assert "none of tokenizer.json, vocab.json in it" in fleet_archive_controller_problems(source)[0]
     (tmp_path / "tok" / "tokenizer.json").write_text('{"added_tokens": [{"id": 50256, "content": "<|endoftext|>"}]}')
     (tmp_path / "tok" / "tokenizer_config.json").write_text('{"eos_token": "<|endoftext|>"}')
-    assert fleet_archive_tokenizer_problems(source) == []
+    assert fleet_archive_controller_problems(source) == []
+    assert (
+        "no such file on the controller" in fleet_archive_controller_problems({**source, "archive": "/nowhere.tar"})[0]
+    )
     listing = fleet_archive_listing(source)
     assert listing["tokenizer"] == {"eos": ["<|endoftext|>", 50256]}
     assert listing["files"] == []
