@@ -68,7 +68,7 @@ def test_an_archive_is_checked_unpacked_once_and_converts_as_the_hugging_face_ch
     assert sorted(p.name for p in checkpoint.glob("shard_*")) == [f"shard_{i}" for i in range(8)]
     assert json.loads((checkpoint / "config.json").read_text()) == fleet_archive_config(lab["source"])
     assert (checkpoint / "tokenizer.json").exists()
-    assert (checkpoint / ".ftfleet-archive").read_text().strip() == lab["source"]["sha256"]
+    assert (checkpoint / ".ftfleet-archive").read_text().splitlines()[0] == lab["source"]["sha256"]
     assert (checkpoint / ".ftfleet-source").read_text().strip() == fleet_archive_id(lab["source"])
     assert list((lab["tmp"] / "data" / "downloads").iterdir()) == []  # the archive goes once unpacked
 
@@ -81,6 +81,17 @@ def test_an_archive_is_checked_unpacked_once_and_converts_as_the_hugging_face_ch
     assert rc == 0, out
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0", out), out
 
+    (lab["tmp"] / "away.tar.zstd").rename(lab["archive"])
+    lost = checkpoint / "shard_3" / "1.npz"
+    kept = lost.read_bytes()
+    lost.unlink()  # a shard file lost since: the archive is fetched and unpacked again
+    rc, out = fetch(lab, playbook)
+    assert rc == 0, out
+    assert "(a shard file is missing or of another size since it was unpacked): unpacking it again" in " ".join(
+        out.split()
+    ), out
+    assert lost.read_bytes() == kept
+
 
 def test_an_archive_of_another_sha256_is_refused_and_nothing_changes(lab, playbook):
     checkpoint = lab["checkpoint"]
@@ -92,13 +103,13 @@ def test_an_archive_of_another_sha256_is_refused_and_nothing_changes(lab, playbo
     assert "checksum" in out.lower(), out
     assert other in out, out
     assert sorted(p.name for p in checkpoint.iterdir()) == before
-    assert (checkpoint / ".ftfleet-archive").read_text().strip() == lab["source"]["sha256"]
+    assert (checkpoint / ".ftfleet-archive").read_text().splitlines()[0] == lab["source"]["sha256"]
 
     # From the controller (a path): the copy's sha256 is checked here.
     rc, out = fetch(lab, playbook, archive=str(lab["archive"]), sha256=other)
     assert rc != 0
     assert f"has sha256 {lab['source']['sha256']}, fleet_model.source.sha256 says {other}" in out, out
-    assert (checkpoint / ".ftfleet-archive").read_text().strip() == lab["source"]["sha256"]
+    assert (checkpoint / ".ftfleet-archive").read_text().splitlines()[0] == lab["source"]["sha256"]
 
 
 def test_an_archive_from_the_controller_replaces_what_was_there(lab, playbook):
