@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -165,7 +166,7 @@ def tritonserver(repo: Path, work: Path, python: Path | None = None,
             [str(server / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={backends}",
              "--http-address=127.0.0.1", f"--http-port={ports.http}", "--grpc-address=127.0.0.1",
              f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}", "--allow-metrics=false"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         ports.process = proc
         try:
@@ -181,6 +182,12 @@ def tritonserver(repo: Path, work: Path, python: Path | None = None,
             yield ports
         finally:
             proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+            # Its Python backend stubs outlive a tritonserver that a test killed (SIGKILL): they
+            # were left running after every such test. Its own process group goes with it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
 
 
