@@ -87,6 +87,9 @@ class Pair:
 
     def kill(self, host: Host) -> None:
         os.kill(host.server.process.pid, signal.SIGKILL)
+        # Gone before the caller goes on: the next test's alive() asks poll(), which said "running"
+        # for a server killed a moment before (CI of ec0afc9: a gateway then waited 60 s for it).
+        host.server.process.wait(timeout=30)
 
     def served_then_killed(self, host: Host) -> None:
         """host's tritonserver killed after one request (its gateway's tokenizer verified), and gone."""
@@ -95,7 +98,6 @@ class Pair:
                            headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
         assert first.status_code == 200, first.text
         self.kill(host)
-        host.server.process.wait(timeout=30)
 
 
 def wait_ready(url: str) -> None:
