@@ -166,7 +166,7 @@ def tritonserver(repo: Path, work: Path, python: Path | None = None,
             [str(server / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={backends}",
              "--http-address=127.0.0.1", f"--http-port={ports.http}", "--grpc-address=127.0.0.1",
              f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}", "--allow-metrics=false"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         ports.process = proc
         try:
@@ -185,10 +185,29 @@ def tritonserver(repo: Path, work: Path, python: Path | None = None,
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
             # Its Python backend stubs outlive a tritonserver that a test killed (SIGKILL): they
-            # were left running after every such test. Its own process group goes with it.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            # were left running after every such test. (A process group of its own would do it,
+            # but then a stopped test run would leave the server itself running.)
+            for pid in backend_stubs(backends, proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             proc.wait(timeout=30)
+
+
+def backend_stubs(backends: Path, server_pid: int) -> list[int]:
+    """The Python backend stubs that the tritonserver `server_pid` started from `backends`: each
+    stub's command line is its program under backends/python and, among its arguments, the pid of
+    the server that started it (which it keeps when the server dies and it is adopted)."""
+    stub, found = str(backends / "python" / "triton_python_backend_stub").encode(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if argv[0] == stub and str(server_pid).encode() in argv[1:]:
+            found.append(int(entry.name))
+    return found
 
 
 PYENV = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
