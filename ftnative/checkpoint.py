@@ -21,6 +21,11 @@ from .torchfile import TorchFile, TorchFileError
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 
 
+# The weights of a Hugging Face checkpoint: an index of shards (preferred), else one file.
+INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+SINGLES = ("model.safetensors", "pytorch_model.bin")
+
+
 class CheckpointError(Exception):
     """A checkpoint that cannot be read as asked."""
 
@@ -104,14 +109,14 @@ class Checkpoint:
             raise CheckpointError(f"{self.directory}: not a directory")
         self._files: dict[Path, object] = {}
         self._where: dict[str, Path] = {}
-        for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        for index_name in INDEXES:
             index = self.directory / index_name
             if index.exists():
                 weight_map = json.loads(index.read_text())["weight_map"]
                 self._where = {name: self.directory / file for name, file in weight_map.items()}
                 break
         else:
-            for single in ("model.safetensors", "pytorch_model.bin"):
+            for single in SINGLES:
                 path = self.directory / single
                 if path.exists():
                     _refuse_lfs_pointer(path)

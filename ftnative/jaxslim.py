@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import Checkpoint, CheckpointError, bf16_to_f32
+from .checkpoint import INDEXES, SINGLES, Checkpoint, CheckpointError, bf16_to_f32
 
 # How a tensor's shards make the whole: joined along an axis, or agreeing copies (REPLICATED:
 # the first shard's; SUMMED: the first times the number of shards, unless still at 0 or 1).
@@ -182,14 +182,11 @@ class SlimCheckpoint:
         return tensor.astype(np.float32)
 
 
-HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
-
-
 def open_checkpoint(directory: str | Path) -> Checkpoint | SlimCheckpoint:
     """The checkpoint in `directory`: a Hugging Face one, or a slim GPT-J one (shard_N/ directories
     of npz parts with a config.json of its shape beside them) where it has no Hugging Face weights."""
     directory = Path(directory)
-    if not is_slim(directory) or any((directory / name).exists() for name in HF_WEIGHTS):
+    if not is_slim(directory) or any((directory / name).exists() for name in INDEXES + SINGLES):
         return Checkpoint(directory)
     try:
         config = json.loads((directory / "config.json").read_text())

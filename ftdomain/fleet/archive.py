@@ -106,15 +106,22 @@ def fleet_archive_id(source: Mapping[str, Any]) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:40]
 
 
-def _tokenizer(path: str) -> dict[str, Any]:
+def _tokenizer_dir(path: str) -> list[str]:
+    """The directory's names, or AnsibleFilterError when it is no tokenizer directory."""
     if not os.path.isdir(path):
         raise AnsibleFilterError(f"{_where('tokenizer')}={path}: no such directory on the controller")
-    names = set(os.listdir(path))
+    names = os.listdir(path)
     if not any(name in names for name in TOKENIZER_FILES):
         raise AnsibleFilterError(
             f"{_where('tokenizer')}={path}: none of {', '.join(TOKENIZER_FILES)} in it; fix: point it at GPT-J's "
             "tokenizer files"
         )
+    return names
+
+
+def _tokenizer(path: str) -> dict[str, Any]:
+    """The bos/eos tokens of the tokenizer directory (tokenizer_special_ids)."""
+    _tokenizer_dir(path)
 
     def read(name: str) -> Any:
         try:
@@ -135,7 +142,7 @@ def fleet_archive_controller_problems(source: Mapping[str, Any]) -> list[str]:
         problems.append(f"{_where('archive')}={archive}: no such file on the controller; fix: the archive's path, "
                         "or its URL (each host downloads it)")  # fmt: skip
     try:
-        _tokenizer(source["tokenizer"])
+        _tokenizer_dir(source["tokenizer"])
     except AnsibleFilterError as err:
         problems.append(str(err))
     return problems
@@ -156,8 +163,8 @@ def fleet_archive_listing(source: Mapping[str, Any]) -> dict[str, Any]:
 def fleet_archive_tokenizer_files(source: Mapping[str, Any]) -> list[str]:
     """The top-level files of source.tokenizer, sorted: what is copied beside the shards."""
     path = source["tokenizer"]
-    _tokenizer(path)
-    return sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)) and not n.startswith("."))
+    names = _tokenizer_dir(path)
+    return sorted(n for n in names if os.path.isfile(os.path.join(path, n)) and not n.startswith("."))
 
 
 def fleet_archive_weights(source: Mapping[str, Any], parameters: int) -> dict[str, Any]:
