@@ -89,6 +89,44 @@ def infer(module, url: str, model: str, arrays: dict, outputs: list[str]) -> dic
         return {name: result.as_numpy(name) for name in outputs}
 
 
+def run_clients(http: str, grpc: str, prompt: str, *, tokens: int, end_id: int, repetition_penalty: float = 1.0,
+                beam: int = 0) -> dict:  # fmt: skip
+    """Every request above to the server at `http` and `grpc` (HOST:PORT each); what came back."""
+    words = np.array([[b""]], dtype=object)
+    pre = infer(httpclient, http, "preprocessing",
+                {"QUERY": np.array([[prompt.encode()]], dtype=object), "BAD_WORDS_DICT": words,
+                 "STOP_WORDS_DICT": words, "REQUEST_OUTPUT_LEN": one(tokens, np.uint32)},
+                ["INPUT_ID", "REQUEST_INPUT_LEN"])  # fmt: skip
+    ids = pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])].tolist()
+    seen: dict = {"ids": ids, "fastertransformer": {}, "ensemble": {}}
+    outputs = ["output_ids", "sequence_length", "cum_log_probs"]
+    for label, module, url in (("http", httpclient, http), ("grpc", grpcclient, grpc)):
+        request = ft_request(ids, tokens, end_id, repetition_penalty)
+        answer = infer(module, url, "fastertransformer", request, outputs)
+        length = int(answer["sequence_length"].reshape(-1)[0])
+        post = infer(module, url, "postprocessing",
+                     {"TOKENS_BATCH": answer["output_ids"].astype(np.uint32),
+                      "sequence_length": answer["sequence_length"]}, ["OUTPUT"])  # fmt: skip
+        seen["fastertransformer"][label] = {
+            "output_ids": answer["output_ids"].reshape(-1)[:length].tolist(),
+            "cum_log_probs": float(answer["cum_log_probs"].reshape(-1)[0]),
+            "text": post["OUTPUT"].reshape(-1)[0].decode(),
+        }
+        request = ensemble_request(prompt, tokens, end_id, repetition_penalty)
+        answer = infer(module, url, "ensemble", request, ["OUTPUT_0", "cum_log_probs"])
+        seen["ensemble"][label] = {"text": answer["OUTPUT_0"].reshape(-1)[0].decode(),
+                                   "cum_log_probs": float(answer["cum_log_probs"].reshape(-1)[0])}  # fmt: skip
+    if beam:
+        request = ft_request(ids, tokens, end_id, repetition_penalty, beam=beam)
+        answer = infer(grpcclient, grpc, "fastertransformer", request, outputs)
+        lengths = answer["sequence_length"].reshape(beam)
+        seen["beam"] = {
+            "output_ids": [answer["output_ids"][0, b, : lengths[b]].tolist() for b in range(beam)],
+            "cum_log_probs": answer["cum_log_probs"].reshape(beam).tolist(),
+        }
+    return seen
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--http", required=True, help="tritonserver's HTTP endpoint, HOST:PORT")
@@ -100,38 +138,8 @@ def main() -> int:
     parser.add_argument("--beam", type=int, default=0, help="also identity_test's beam search of this width (gRPC)")
     args = parser.parse_args()
 
-    words = np.array([[b""]], dtype=object)
-    pre = infer(httpclient, args.http, "preprocessing",
-                {"QUERY": np.array([[args.prompt.encode()]], dtype=object), "BAD_WORDS_DICT": words,
-                 "STOP_WORDS_DICT": words, "REQUEST_OUTPUT_LEN": one(args.tokens, np.uint32)},
-                ["INPUT_ID", "REQUEST_INPUT_LEN"])  # fmt: skip
-    ids = pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])].tolist()
-    seen: dict = {"ids": ids, "fastertransformer": {}, "ensemble": {}}
-    outputs = ["output_ids", "sequence_length", "cum_log_probs"]
-    for label, module, url in (("http", httpclient, args.http), ("grpc", grpcclient, args.grpc)):
-        request = ft_request(ids, args.tokens, args.end_id, args.repetition_penalty)
-        answer = infer(module, url, "fastertransformer", request, outputs)
-        length = int(answer["sequence_length"].reshape(-1)[0])
-        post = infer(module, url, "postprocessing",
-                     {"TOKENS_BATCH": answer["output_ids"].astype(np.uint32),
-                      "sequence_length": answer["sequence_length"]}, ["OUTPUT"])  # fmt: skip
-        seen["fastertransformer"][label] = {
-            "output_ids": answer["output_ids"].reshape(-1)[:length].tolist(),
-            "cum_log_probs": float(answer["cum_log_probs"].reshape(-1)[0]),
-            "text": post["OUTPUT"].reshape(-1)[0].decode(),
-        }
-        request = ensemble_request(args.prompt, args.tokens, args.end_id, args.repetition_penalty)
-        answer = infer(module, url, "ensemble", request, ["OUTPUT_0", "cum_log_probs"])
-        seen["ensemble"][label] = {"text": answer["OUTPUT_0"].reshape(-1)[0].decode(),
-                                   "cum_log_probs": float(answer["cum_log_probs"].reshape(-1)[0])}  # fmt: skip
-    if args.beam:
-        request = ft_request(ids, args.tokens, args.end_id, args.repetition_penalty, beam=args.beam)
-        answer = infer(grpcclient, args.grpc, "fastertransformer", request, outputs)
-        lengths = answer["sequence_length"].reshape(args.beam)
-        seen["beam"] = {
-            "output_ids": [answer["output_ids"][0, b, : lengths[b]].tolist() for b in range(args.beam)],
-            "cum_log_probs": answer["cum_log_probs"].reshape(args.beam).tolist(),
-        }
+    seen = run_clients(args.http, args.grpc, args.prompt, tokens=args.tokens, end_id=args.end_id,
+                       repetition_penalty=args.repetition_penalty, beam=args.beam)  # fmt: skip
     json.dump(seen, sys.stdout)
     print()
     return 0

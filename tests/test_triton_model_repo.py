@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_playbook
-from guideclients import ft_request, infer
+from guideclients import ft_request, infer, run_clients
 from tritonlocal import server_errors, tiny_model, tritonserver
 
 torch = pytest.importorskip("torch")
@@ -289,17 +289,6 @@ def assert_ensemble_answers(repo: Path, tmp_path: Path, tokenizer, model, python
     assert text.startswith(prompt)
 
 
-def guide_clients(http: str, grpc: str, prompt: str, end_id: int, beam: int = 0) -> dict:
-    """tests/guideclients.py: the guides' clients' requests, their exact tensors, 10 tokens
-    with FT's repetition penalty at 1.3."""
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "guideclients.py"), "--http", http,
-                           "--grpc", grpc, "--prompt", prompt, "--tokens", "10", "--end-id", str(end_id),
-                           "--repetition-penalty", "1.3", "--beam", str(beam)],
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 @pytest.mark.parametrize("family", ["gptneox", "gpt"])
 def test_the_clients_of_fastertransformer_backend_work_unchanged(playbook, tmp_path, family):
     """Over HTTP and gRPC, to a real tritonserver: the fastertransformer model with every input
@@ -314,7 +303,10 @@ def test_the_clients_of_fastertransformer_backend_work_unchanged(playbook, tmp_p
     reference = list(load(shards).steps(ids, 10, repetition_penalty=1.3, end_id=end_id))
     tokens, cum = [s.token for s in reference], reference[-1].cum_log_prob
     with tritonserver(repo, tmp_path) as server:
-        seen = guide_clients(f"127.0.0.1:{server.http}", f"127.0.0.1:{server.grpc}", prompt, end_id, beam=2)
+        # tests/guideclients.py: the guides' clients' requests, their exact tensors, 10 tokens with
+        # FT's repetition penalty at 1.3
+        seen = run_clients(f"127.0.0.1:{server.http}", f"127.0.0.1:{server.grpc}", prompt, tokens=10, end_id=end_id,
+                           repetition_penalty=1.3, beam=2)  # fmt: skip
         assert seen["ids"] == ids  # the server's preprocessing tokenizes as the tokenizer does
         for protocol in ("http", "grpc"):
             answer = seen["fastertransformer"][protocol]
