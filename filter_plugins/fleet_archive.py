@@ -18,11 +18,11 @@ description:
   - C(fleet_archive_tokenizer_files) returns the top-level files of C(source.tokenizer), copied beside the shards;
     C(fleet_archive_controller_problems) says what the controller lacks - that directory, or the archive where
     it is a path there (empty when nothing).
-  - C(fleet_archive_weights) (source, parameter count) returns what C(fleet_checkpoint_weights) returns for a
+  - C(fleet_archive_weights) (the model's parameter count) returns what C(fleet_checkpoint_weights) returns for a
     git source; C(fleet_archive_weights_problems) (the engine) says why an engine cannot convert it.
 options:
   _input:
-    description: fleet_model.source (fleet_archive_weights_problems - fleet_convert_engine).
+    description: fleet_model.source (fleet_archive_weights - the parameter count; fleet_archive_weights_problems - fleet_convert_engine).
     type: raw
     required: true
 """

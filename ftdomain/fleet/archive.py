@@ -167,7 +167,7 @@ def fleet_archive_tokenizer_files(source: Mapping[str, Any]) -> list[str]:
     return sorted(n for n in names if os.path.isfile(os.path.join(path, n)) and not n.startswith("."))
 
 
-def fleet_archive_weights(source: Mapping[str, Any], parameters: int) -> dict[str, Any]:
+def fleet_archive_weights(parameters: int) -> dict[str, Any]:
     """What fleet_checkpoint_weights says of a git source, for an archive: bfloat16 weights of
     `parameters` values (the archive is at most that: zstd hardly shrinks them)."""
     size = int(parameters) * 2
