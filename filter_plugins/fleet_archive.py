@@ -22,7 +22,9 @@ description:
     git source; C(fleet_archive_weights_problems) (the engine) says why an engine cannot convert it.
 options:
   _input:
-    description: fleet_model.source (fleet_archive_weights - the parameter count; fleet_archive_weights_problems - fleet_convert_engine).
+    description: >-
+      fleet_model.source (fleet_archive_weights - the parameter count;
+      fleet_archive_weights_problems - fleet_convert_engine).
     type: raw
     required: true
 """
