@@ -9,6 +9,12 @@
 - the KoGPT guide's HTTP client and the tutorial's gRPC client: the ensemble's INPUT_0..3 with
   the sampling inputs they set.
 
+These are unary requests (`infer`), which a decoupled model refuses (HTTP 501; gRPC's ModelInfer
+likewise). With --stream, the same tensors go as identity_test.py's --decoupled mode sends them
+(gRPC only): start_stream, async_stream_infer with request id "1", stop_stream (which returns when
+the server has ended the stream), then every response in order; the last one holds the answer,
+and identity_test wants one response per generated token.
+
 The prompt's ids come from the server's own preprocessing model, and the fastertransformer
 model's output ids are read back to text through its postprocessing model, so nothing here needs
 the tokenizer.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import sys
 
 import numpy as np
@@ -77,21 +84,46 @@ def ensemble_request(prompt: str, tokens: int, end_id: int, repetition_penalty: 
     }
 
 
+def tensors(module, arrays: dict) -> list:
+    made = []
+    for name, array in arrays.items():
+        tensor = module.InferInput(name, list(array.shape), TRITON_TYPES[array.dtype.name])
+        tensor.set_data_from_numpy(array)
+        made.append(tensor)
+    return made
+
+
 def infer(module, url: str, model: str, arrays: dict, outputs: list[str]) -> dict:
     """One request with tritonclient's HTTP or gRPC client, as the guides' clients make it."""
     with module.InferenceServerClient(url) as client:
-        inputs = []
-        for name, array in arrays.items():
-            tensor = module.InferInput(name, list(array.shape), TRITON_TYPES[array.dtype.name])
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        result = client.infer(model, inputs, outputs=[module.InferRequestedOutput(o) for o in outputs])
+        result = client.infer(model, tensors(module, arrays), outputs=[module.InferRequestedOutput(o) for o in outputs])
         return {name: result.as_numpy(name) for name in outputs}
 
 
+def stream(url: str, model: str, arrays: dict, outputs: list[str]) -> list[dict]:
+    """One request over gRPC streaming, as identity_test.py --decoupled makes it: every response."""
+    answers: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(url) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        client.async_stream_infer(model, tensors(grpcclient, arrays), request_id="1",
+                                  outputs=[grpcclient.InferRequestedOutput(o) for o in outputs])  # fmt: skip
+        client.stop_stream()  # returns when the server has sent its last response and ended the stream
+    responses = []
+    while not answers.empty():
+        result, error = answers.get()
+        if error is not None:
+            raise RuntimeError(f"{model}: {error}")
+        responses.append({name: result.as_numpy(name) for name in outputs})
+    if not responses:
+        raise RuntimeError(f"{model}: the stream ended without a response")
+    return responses
+
+
 def run_clients(http: str, grpc: str, prompt: str, *, tokens: int, end_id: int, repetition_penalty: float = 1.0,
-                beam: int = 0) -> dict:  # fmt: skip
-    """Every request above to the server at `http` and `grpc` (HOST:PORT each); what came back."""
+                beam: int = 0, streamed: bool = False) -> dict:  # fmt: skip
+    """Every request above to the server at `http` and `grpc` (HOST:PORT each); what came back,
+    with the number of responses each request got. `streamed`: the fastertransformer model and
+    the ensemble over gRPC streaming (a decoupled model), the tokenizing models unary as before."""
     words = np.array([[b""]], dtype=object)
     pre = infer(httpclient, http, "preprocessing",
                 {"QUERY": np.array([[prompt.encode()]], dtype=object), "BAD_WORDS_DICT": words,
@@ -99,11 +131,21 @@ def run_clients(http: str, grpc: str, prompt: str, *, tokens: int, end_id: int, 
                 ["INPUT_ID", "REQUEST_INPUT_LEN"])  # fmt: skip
     ids = pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])].tolist()
     seen: dict = {"ids": ids, "fastertransformer": {}, "ensemble": {}}
+
+    def unary(module, url):
+        return lambda model, arrays, outputs: [infer(module, url, model, arrays, outputs)]
+
+    def streamed_grpc(model, arrays, outputs):
+        return stream(grpc, model, arrays, outputs)
+
+    ways = {"grpc-stream": (grpcclient, grpc, streamed_grpc)} if streamed else {
+        "http": (httpclient, http, unary(httpclient, http)),
+        "grpc": (grpcclient, grpc, unary(grpcclient, grpc)),
+    }  # fmt: skip
     outputs = ["output_ids", "sequence_length", "cum_log_probs"]
-    for label, module, url in (("http", httpclient, http), ("grpc", grpcclient, grpc)):
-        request = ft_request(ids, tokens, end_id, repetition_penalty)
-        answer = infer(module, url, "fastertransformer", request, outputs)
-        length = int(answer["sequence_length"].reshape(-1)[0])
+    for label, (module, url, ask) in ways.items():
+        answers = ask("fastertransformer", ft_request(ids, tokens, end_id, repetition_penalty), outputs)
+        answer, length = answers[-1], int(answers[-1]["sequence_length"].reshape(-1)[0])
         post = infer(module, url, "postprocessing",
                      {"TOKENS_BATCH": answer["output_ids"].astype(np.uint32),
                       "sequence_length": answer["sequence_length"]}, ["OUTPUT"])  # fmt: skip
@@ -111,18 +153,22 @@ def run_clients(http: str, grpc: str, prompt: str, *, tokens: int, end_id: int, 
             "output_ids": answer["output_ids"].reshape(-1)[:length].tolist(),
             "cum_log_probs": float(answer["cum_log_probs"].reshape(-1)[0]),
             "text": post["OUTPUT"].reshape(-1)[0].decode(),
+            "responses": len(answers),
         }
-        request = ensemble_request(prompt, tokens, end_id, repetition_penalty)
-        answer = infer(module, url, "ensemble", request, ["OUTPUT_0", "cum_log_probs"])
-        seen["ensemble"][label] = {"text": answer["OUTPUT_0"].reshape(-1)[0].decode(),
-                                   "cum_log_probs": float(answer["cum_log_probs"].reshape(-1)[0])}  # fmt: skip
+        answers = ask("ensemble", ensemble_request(prompt, tokens, end_id, repetition_penalty),
+                      ["OUTPUT_0", "cum_log_probs"])  # fmt: skip
+        seen["ensemble"][label] = {"text": answers[-1]["OUTPUT_0"].reshape(-1)[0].decode(),
+                                   "cum_log_probs": float(answers[-1]["cum_log_probs"].reshape(-1)[0]),
+                                   "responses": len(answers)}  # fmt: skip
     if beam:
         request = ft_request(ids, tokens, end_id, repetition_penalty, beam=beam)
-        answer = infer(grpcclient, grpc, "fastertransformer", request, outputs)
-        lengths = answer["sequence_length"].reshape(beam)
+        answers = (stream(grpc, "fastertransformer", request, outputs) if streamed
+                   else [infer(grpcclient, grpc, "fastertransformer", request, outputs)])  # fmt: skip
+        answer, lengths = answers[-1], answers[-1]["sequence_length"].reshape(beam)
         seen["beam"] = {
             "output_ids": [answer["output_ids"][0, b, : lengths[b]].tolist() for b in range(beam)],
             "cum_log_probs": answer["cum_log_probs"].reshape(beam).tolist(),
+            "responses": len(answers),
         }
     return seen
 
@@ -136,10 +182,12 @@ def main() -> int:
     parser.add_argument("--end-id", type=int, required=True)
     parser.add_argument("--repetition-penalty", type=float, default=1.0)
     parser.add_argument("--beam", type=int, default=0, help="also identity_test's beam search of this width (gRPC)")
+    parser.add_argument("--stream", action="store_true",
+                        help="a decoupled model: gRPC streaming, as identity_test.py --decoupled")  # fmt: skip
     args = parser.parse_args()
 
     seen = run_clients(args.http, args.grpc, args.prompt, tokens=args.tokens, end_id=args.end_id,
-                       repetition_penalty=args.repetition_penalty, beam=args.beam)  # fmt: skip
+                       repetition_penalty=args.repetition_penalty, beam=args.beam, streamed=args.stream)  # fmt: skip
     json.dump(seen, sys.stdout)
     print()
     return 0

@@ -194,6 +194,7 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     assert again["changed"] == unchanged, again
     assert completion(out) == served
     assert completion(out, "tiny-neox") == neox
+    the_guides_clients_stream_the_same_completion_from_tritonserver(served)
 
     the_front_wants_a_key_and_streams_the_same_text()
     a_keys_limits_hold_over_both_hosts_and_its_scope_and_expiry_are_kept()
@@ -208,6 +209,28 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     left, _ = inside("docker ps -aq --filter label=ftfleet.lab=true; test ! -e " + SOURCES + " || echo " + SOURCES)
     assert left.returncode == 0
     assert not left.stdout.strip(), f"make lab-down left: {left.stdout}"
+
+
+def the_guides_clients_stream_the_same_completion_from_tritonserver(served: str) -> None:
+    """fastertransformer_backend's tools/gpt clients' request to the fastertransformer model and
+    the KoGPT guide's and the tutorial's ensemble request, their exact tensors (tests/guideclients.py),
+    to lab-node1's tritonserver, whose ports the lab publishes on this machine's loopback (as
+    triton_server_bind_address or an SSH forward gives a bench host them, docs/operations.md). The
+    lab's model is decoupled, so they go as identity_test.py --decoupled sends them (gRPC
+    streaming): one response per generated token, the last one the completion make lab printed
+    through the gateways."""
+    end_id = json.loads((ROOT / "lab" / "models" / "tiny-gpt2" / "config.json").read_text())["eos_token_id"]
+    done, _ = inside(f".venv/bin/python tests/guideclients.py --http 127.0.0.1:18000 --grpc 127.0.0.1:18001 "
+                     f"--stream --prompt {shlex.quote(PROMPT)} --tokens {TOKENS} --end-id {end_id}")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout)
+    print(f"the guides' clients on lab-node1's tritonserver (streamed): {json.dumps(seen)}")
+    ft, ensemble = seen["fastertransformer"]["grpc-stream"], seen["ensemble"]["grpc-stream"]
+    generated = len(ft["output_ids"]) - len(seen["ids"])
+    assert 0 < generated <= TOKENS, seen
+    assert ft["text"] == served, seen
+    assert ensemble["text"] == served, seen
+    assert ft["responses"] == ensemble["responses"] == generated, seen
 
 
 KEY = "ftf-lab-key-not-a-secret-0001"  # inventories/lab/group_vars/gpu_hosts/gateway.yml

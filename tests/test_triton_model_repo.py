@@ -24,6 +24,7 @@ tokenizers = pytest.importorskip("tokenizers")
 pytriton = pytest.importorskip("pytriton")
 model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
 from google.protobuf import text_format  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 from upstream_interface import UPSTREAM, expected_output  # noqa: E402
@@ -210,14 +211,14 @@ def test_the_removed_python_path_is_refused_with_what_to_do_instead(playbook, tm
     assert ".pth file" in out
 
 
-def served_repository(playbook, tmp_path: Path, family: str):
-    """A tiny model of the family, its repository as the role writes it for tp 2 and its shards,
-    config.pbtxt unchanged. Returns (tokenizer, model, repository, shards)."""
+def served_repository(playbook, tmp_path: Path, family: str, **extra):
+    """A tiny model of the family, its repository as the role writes it for tp 2 (and `extra`)
+    and its shards, config.pbtxt unchanged. Returns (tokenizer, model, repository, shards)."""
     checkpoint = tmp_path / "checkpoint"
     tokenizer, model = tiny_model(family, checkpoint)
     repo = tmp_path / "repos" / family
     rc, out = render(playbook, tmp_path / "repos", [family], container=str(repo), tokenizer=str(checkpoint),
-                     fleet_tensor_para_size=2)  # fmt: skip
+                     fleet_tensor_para_size=2, **extra)  # fmt: skip
     assert rc == 0, out
     shards = convert(checkpoint, repo / "fastertransformer" / "1", family, 2, "fp32", log=lambda _m: None)
     return tokenizer, model, repo, shards
@@ -326,6 +327,43 @@ def test_the_clients_of_fastertransformer_backend_work_unchanged(playbook, tmp_p
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(tokenizer.decode(ids + tokens) + "\n")
         assert f"cum_log_probs: {cum:.4f}" in done.stdout
+
+
+def test_identity_tests_decoupled_mode_streams_a_response_per_token_from_a_decoupled_model(playbook, tmp_path):
+    """With triton_model_repo_decoupled (the lab's setting), the same tensors over gRPC streaming
+    as identity_test.py --decoupled sends them: one response per generated token from the
+    fastertransformer model and from the ensemble (as identity_test counts them), the last one
+    the reference decoder's answer; beam search streamed too. The unary requests of the other
+    clients are refused, over HTTP with the 501 that docs/operations.md quotes."""
+    from ftnative.decode import load  # noqa: PLC0415
+
+    tokenizer, _, repo, shards = served_repository(playbook, tmp_path, "gpt", triton_model_repo_decoupled=True)
+    assert "decoupled: true" in (repo / "fastertransformer" / "config.pbtxt").read_text()
+    prompt = "Ansible automation that takes bare GPU hosts"
+    ids, end_id = tokenizer.encode(prompt), tokenizer.eos_token_id
+    reference = list(load(shards).steps(ids, 10, repetition_penalty=1.3, end_id=end_id))
+    tokens, cum = [s.token for s in reference], reference[-1].cum_log_prob
+    assert len(tokens) == 10  # no early end: identity_test's count is the output length
+    with tritonserver(repo, tmp_path) as server:
+        http, grpc = f"127.0.0.1:{server.http}", f"127.0.0.1:{server.grpc}"
+        seen = run_clients(http, grpc, prompt, tokens=10, end_id=end_id, repetition_penalty=1.3, beam=2,
+                           streamed=True)  # fmt: skip
+        print(f"streamed: {json.dumps(seen)}")
+        answer = seen["fastertransformer"]["grpc-stream"]
+        assert answer["output_ids"] == ids + tokens
+        assert answer["cum_log_probs"] == pytest.approx(cum, abs=1e-4)
+        assert answer["text"] == tokenizer.decode(ids + tokens)
+        assert answer["responses"] == 10
+        ensemble = seen["ensemble"]["grpc-stream"]
+        assert ensemble["text"] == tokenizer.decode(ids + tokens)
+        assert ensemble["cum_log_probs"] == pytest.approx(cum, abs=1e-4)
+        assert ensemble["responses"] == 10
+        expected = load(shards).beam_search(ids, 10, 2, len_penalty=1.0, repetition_penalty=1.3, end_id=end_id)
+        assert seen["beam"]["output_ids"] == [b.tokens for b in expected]
+        assert seen["beam"]["cum_log_probs"] == pytest.approx([b.cum for b in expected], abs=1e-4)
+        with pytest.raises(InferenceServerException, match=r"\[501\] .*decoupled transaction policy") as refused:
+            run_clients(http, grpc, prompt, tokens=10, end_id=end_id)
+        print(f"unary to a decoupled model: {refused.value}")
 
 
 def _threads_cpu(pid: int) -> dict[int, int]:
