@@ -7,11 +7,14 @@ rate whose requests meet the objective (time to first token under fleet_slo_ttft
 inter-token latency under fleet_slo_itl_ms, from group_vars/all/fleet.yml unless given) at least
 --meet of the time. Then, at each --loads multiple L of that capacity C, the two tenants send C/6
 requests a second each (half their third) and the flood key the rest, L x C - C/3 (four times a
-tenant at 1x). Per key and load: requests sent, answered and refused (by status and code), goodput
-(requests a second that met the objective; AIPerf's own figure beside it), time to first token and
-inter-token latency p50/p95/p99 of the answered. How fast refusals come: AIPerf records no time
-for a failed request, so a probe sends one more of the flood key's streamed requests a second and
-times each refusal's status line (p50/p95/p99 ms).
+tenant at 1x); at L = 0 the tenants send alone (their unloaded figures: each tenant's p95 time to
+first token under load is given as a multiple of it). Per key and load: requests sent, answered
+and refused (by status and code), goodput (requests a second that met the objective; AIPerf's own
+figure beside it), time to first token and inter-token latency p50/p95/p99 of the answered. How
+fast refusals come: AIPerf records no time for a failed request, so a probe sends --probe-share of
+the flood key's requests itself (AIPerf the rest), each on a connection of its own at even
+intervals, times its status line (p50/p95/p99 ms of the refusals) and closes an accepted one at
+once (a client that leaves: its generation stops on the host).
 
     .bench-venv/bin/python -m benchmarks.overload --out runs/overload.json     # make overload-bench
 
@@ -25,14 +28,15 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import http.client
 import json
+import math
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -141,38 +145,51 @@ def _error_code(error: dict) -> str:
     return str((body.get("error") or {}).get("code") or "")
 
 
-def probe(args: argparse.Namespace, key: str, seconds: float) -> dict:
-    """One streamed request a second for `seconds`: the answers by status, and how fast each
-    refusal came (what AIPerf does not record)."""
+def probe(args: argparse.Namespace, key: str, rate: float, seconds: float) -> dict:
+    """`rate` streamed requests a second for `seconds`, each from a thread of its own so that a
+    slow answer does not delay the next: the answers by status, and how fast each refusal's status
+    line came (what AIPerf does not record). An accepted stream is closed after its status line."""
+    target = urllib.parse.urlsplit(args.url)
     body = json.dumps({"model": args.model, "prompt": "Every role", "max_tokens": args.tokens, "stream": True,
-                       "ignore_eos": True}).encode()  # fmt: skip
+                       "ignore_eos": True})  # fmt: skip
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    times: dict[str, list[float]] = collections.defaultdict(list)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+
+    def one() -> tuple[str, float]:
         began = time.monotonic()
-        request = urllib.request.Request(f"{args.url}/v1/completions", data=body, headers=headers)
+        conn = (http.client.HTTPSConnection(target.hostname, target.port or 443, timeout=120)
+                if target.scheme == "https" else http.client.HTTPConnection(target.hostname, target.port or 80,
+                                                                            timeout=120))  # fmt: skip
         try:
-            with urllib.request.urlopen(request, timeout=120) as answer:
-                status = answer.status
-                times[str(status)].append((time.monotonic() - began) * 1000)
-                answer.read()
-        except urllib.error.HTTPError as err:
-            times[str(err.code)].append((time.monotonic() - began) * 1000)
+            conn.request("POST", f"{target.path.rstrip('/')}/v1/completions", body=body, headers=headers)
+            status = str(conn.getresponse().status)
         except OSError as err:
-            times[type(err).__name__].append((time.monotonic() - began) * 1000)
-        time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
+            status = type(err).__name__
+        finally:
+            conn.close()
+        return status, (time.monotonic() - began) * 1000
+
+    started, sent = time.monotonic(), []
+    with concurrent.futures.ThreadPoolExecutor(max(2, min(32, math.ceil(rate * 2)))) as pool:
+        while (due := started + len(sent) / rate) < started + seconds:
+            time.sleep(max(0.0, due - time.monotonic()))
+            sent.append(pool.submit(one))
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    for future in sent:
+        status, ms = future.result()
+        times[status].append(ms)
     refusals = [t for status, ts in times.items() if status in ("429", "503") for t in ts]
-    return {"answers": {k: len(v) for k, v in sorted(times.items())}, "refusal_ms": percentiles(refusals)}
+    return {"rate_rps": round(rate, 3), "answers": {k: len(v) for k, v in sorted(times.items())},
+            "refusal_ms": percentiles(refusals)}  # fmt: skip
 
 
-def run_level(args: argparse.Namespace, rates: dict[str, float], work: Path, name: str, probed: bool = False) -> dict:
-    """Every key of rates at once, each its own AIPerf (and the probe, with the flood key); their
-    figures by key."""
+def run_level(args: argparse.Namespace, rates: dict[str, float], work: Path, name: str,
+              probe_rate: float = 0.0) -> dict:  # fmt: skip
+    """Every key of rates at once, each its own AIPerf (and the probe at probe_rate, with the
+    flood key); their figures by key."""
     prober = None
-    if probed:
+    if probe_rate:
         pool = concurrent.futures.ThreadPoolExecutor(1)
-        prober = pool.submit(probe, args, args.keys["flood"], args.seconds)
+        prober = pool.submit(probe, args, args.keys["flood"], probe_rate, args.seconds)
         pool.shutdown(wait=False)
     procs = {}
     for who, rate in rates.items():
@@ -214,13 +231,38 @@ def find_capacity(args: argparse.Namespace, work: Path) -> tuple[float, list[dic
     return capacity, sweep
 
 
+def run_loads(args: argparse.Namespace, capacity: float, work: Path) -> list[dict]:
+    """Each of --loads in turn: the tenants at a sixth of the capacity each, the flood key (AIPerf
+    and the probe) the rest of load x capacity; at load 0 the tenants alone."""
+    levels = []
+    for load in args.loads:
+        tenant = capacity / 6
+        rates, probe_rate = {"tenant-a": tenant, "tenant-b": tenant}, 0.0
+        if load > 0:
+            flood = max(tenant, load * capacity - 2 * tenant)
+            probe_rate = flood * args.probe_share
+            rates["flood"] = flood - probe_rate
+        levels.append({"load": load, "keys": run_level(args, rates, work, f"load-{load:g}", probe_rate)})
+        print(json.dumps(levels[-1]), flush=True)
+    return levels
+
+
 def _ms(p: dict) -> str:
     return " / ".join("-" if p[q] is None else f"{p[q]:.0f}" for q in ("p50", "p95", "p99"))
 
 
 SWEEP_HEAD = "| rate/s | sent | answered | refused | goodput/s | met | TTFT p50 / p95 / p99 ms |"
 LOAD_HEAD = ("| load | key | rate/s | sent | answered | refused (code: count) | goodput/s | TTFT p50 / p95 / p99 ms "
-             "| ITL p50 / p95 / p99 ms | refusals' time p50 / p95 / p99 ms |")  # fmt: skip
+             "| TTFT p95 / unloaded | ITL p50 / p95 / p99 ms | probe: rate/s, answers "
+             "| refusals' time p50 / p95 / p99 ms |")  # fmt: skip
+
+
+def unloaded_p95(result: dict) -> dict[str, float]:
+    """Each tenant's p95 time to first token at load 0 (the tenants alone), where it was run."""
+    for level in result["loads"]:
+        if level["load"] == 0:
+            return {who: row["ttft_ms"]["p95"] for who, row in level["keys"].items() if row["ttft_ms"]["p95"]}
+    return {}
 
 
 def table(result: dict) -> str:
@@ -232,17 +274,25 @@ def table(result: dict) -> str:
         answered = row["outcomes"].get("200", 0)
         lines.append(f"| {row['rate_rps']:g} | {row['sent']} | {answered} | {row['sent'] - answered} | "
                      f"{row['goodput_rps']:.2f} | {row['met']:.0%} | {_ms(row['ttft_ms'])} |")  # fmt: skip
-    lines += ["", LOAD_HEAD, "|---" * 10 + "|"]
+    lines += ["", LOAD_HEAD, "|---" * 12 + "|"]
+    unloaded = unloaded_p95(result)
     for level in result["loads"]:
         keys = level["keys"]
         probe = keys.get("probe", {})
         for who in ("tenant-a", "tenant-b", "flood"):
+            if who not in keys:
+                continue
             row = keys[who]
             refused = ", ".join(f"{code}: {n}" for code, n in row["outcomes"].items() if code != "200") or "0"
-            timed = _ms(probe["refusal_ms"]) if who == "flood" and probe else ""
+            p95 = row["ttft_ms"]["p95"]
+            ratio = f"{p95 / unloaded[who]:.1f}x" if level["load"] and who in unloaded and p95 is not None else ""
+            probed = timed = ""
+            if who == "flood" and probe:
+                answers = ", ".join(f"{code}: {n}" for code, n in probe["answers"].items())
+                probed, timed = f"{probe.get('rate_rps', 1):g}, {answers}", _ms(probe["refusal_ms"])
             lines.append(f"| {level['load']:g}x | {who} | {row['rate_rps']:g} | {row['sent']} | "
                          f"{row['outcomes'].get('200', 0)} | {refused} | {row['goodput_rps']:.2f} | "
-                         f"{_ms(row['ttft_ms'])} | {_ms(row['itl_ms'])} | {timed} |")  # fmt: skip
+                         f"{_ms(row['ttft_ms'])} | {ratio} | {_ms(row['itl_ms'])} | {probed} | {timed} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -261,7 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", type=lambda s: [float(r) for r in s.split(",")], default=[1, 2, 3, 4, 6, 8])
     parser.add_argument("--capacity", type=float, help="skip the sweep: this many requests a second")
     parser.add_argument("--meet", type=float, default=0.9, help="share of requests that must meet the objective")
-    parser.add_argument("--loads", type=lambda s: [float(x) for x in s.split(",")], default=[1, 2, 5])
+    parser.add_argument("--loads", type=lambda s: [float(x) for x in s.split(",")], default=[0, 1, 2, 5],
+                        help="multiples of the capacity; 0: the tenants alone (their unloaded figures)")  # fmt: skip
+    parser.add_argument("--probe-share", type=float, default=0.25,
+                        help="the share of the flood key's requests that the probe sends and times")  # fmt: skip
     parser.add_argument("--keys", type=json.loads, default=LAB_KEYS, help="JSON: tenant-a, tenant-b, flood -> key")
     parser.add_argument("--out", type=Path, help="write the whole result here as JSON")
     parser.add_argument("--keep", action="store_true", help="keep AIPerf's artifacts (printed)")
@@ -282,13 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             capacity, result["capacity_sweep"] = find_capacity(args, work)
         result["capacity_rps"] = capacity
-        result["loads"] = []
-        for load in args.loads:
-            tenant = capacity / 6
-            rates = {"tenant-a": tenant, "tenant-b": tenant, "flood": max(tenant, load * capacity - 2 * tenant)}
-            level = {"load": load, "keys": run_level(args, rates, work, f"load-{load:g}", probed=True)}
-            result["loads"].append(level)
-            print(json.dumps(level), flush=True)
+        result["loads"] = run_loads(args, capacity, work)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=1) + "\n")
