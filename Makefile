@@ -130,7 +130,7 @@ $(BENCH_VENV)/.aiperf-$(AIPERF_VERSION):
 	$(BENCH_VENV)/bin/pip install --quiet "aiperf==$(AIPERF_VERSION)" pyyaml
 	touch $@
 
-overload-bench: lab $(BENCH_VENV)/.aiperf-$(AIPERF_VERSION)  ## the lab, then overload through the front with AIPerf: capacity, then 1x, 2x and 5x of it from three keys (docs/performance.md, "Overload")
+overload-bench: lab $(BENCH_VENV)/.aiperf-$(AIPERF_VERSION)  ## the lab, then overload through the front with AIPerf: capacity, the tenants alone, then 1x, 2x and 5x of it from three keys (docs/performance.md, "Overload")
 	$(BENCH_VENV)/bin/python -m benchmarks.overload --out docs/bench/overload.json
 	$(BENCH_VENV)/bin/python -m benchmarks.overload --table docs/bench/overload.json
 
