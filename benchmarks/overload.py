@@ -12,9 +12,12 @@ first token under load is given as a multiple of it). Per key and load: requests
 and refused (by status and code), goodput (requests a second that met the objective; AIPerf's own
 figure beside it), time to first token and inter-token latency p50/p95/p99 of the answered. How
 fast refusals come: AIPerf records no time for a failed request, so a probe sends --probe-share of
-the flood key's requests itself (AIPerf the rest), each on a connection of its own at even
-intervals, times its status line (p50/p95/p99 ms of the refusals) and closes an accepted one at
-once (a client that leaves: its generation stops on the host).
+the flood key's requests itself (AIPerf the rest), in bursts of --probe-burst at even intervals,
+each on a connection of its own, times its status line (p50/p95/p99 ms of the refusals) and reads
+an accepted stream to its end, as AIPerf's clients do. Bursts, because HAProxy refuses at once
+only while a round of requests already waits: requests sent one at a time at even intervals
+found that so rarely that none of 105 was refused at 5x, while AIPerf's (which come in bursts
+when its workers fall behind) were refused 185 times of 279.
 
     .bench-venv/bin/python -m benchmarks.overload --out runs/overload.json     # make overload-bench
 
@@ -145,10 +148,11 @@ def _error_code(error: dict) -> str:
     return str((body.get("error") or {}).get("code") or "")
 
 
-def probe(args: argparse.Namespace, key: str, rate: float, seconds: float) -> dict:
-    """`rate` streamed requests a second for `seconds`, each from a thread of its own so that a
-    slow answer does not delay the next: the answers by status, and how fast each refusal's status
-    line came (what AIPerf does not record). An accepted stream is closed after its status line."""
+def probe(args: argparse.Namespace, key: str, rate: float, seconds: float, burst: int = 1) -> dict:
+    """`rate` streamed requests a second for `seconds`, `burst` at once at even intervals, each
+    from a thread of its own so that a slow answer does not delay the next: the answers by status,
+    and how fast each refusal's status line came (what AIPerf does not record). An accepted
+    stream is read to its end."""
     target = urllib.parse.urlsplit(args.url)
     body = json.dumps({"model": args.model, "prompt": "Every role", "max_tokens": args.tokens, "stream": True,
                        "ignore_eos": True})  # fmt: skip
@@ -161,25 +165,27 @@ def probe(args: argparse.Namespace, key: str, rate: float, seconds: float) -> di
                                                                             timeout=120))  # fmt: skip
         try:
             conn.request("POST", f"{target.path.rstrip('/')}/v1/completions", body=body, headers=headers)
-            status = str(conn.getresponse().status)
+            answer = conn.getresponse()
+            status, ms = str(answer.status), (time.monotonic() - began) * 1000
+            answer.read()  # a stream cut short counts as its error below
         except OSError as err:
-            status = type(err).__name__
+            return type(err).__name__, (time.monotonic() - began) * 1000
         finally:
             conn.close()
-        return status, (time.monotonic() - began) * 1000
+        return status, ms
 
     started, sent = time.monotonic(), []
-    with concurrent.futures.ThreadPoolExecutor(max(2, min(32, math.ceil(rate * 2)))) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max(2 * burst, min(64, math.ceil(rate * 4)))) as pool:
         while (due := started + len(sent) / rate) < started + seconds:
             time.sleep(max(0.0, due - time.monotonic()))
-            sent.append(pool.submit(one))
+            sent += [pool.submit(one) for _ in range(burst)]
     times: dict[str, list[float]] = collections.defaultdict(list)
     for future in sent:
         status, ms = future.result()
         times[status].append(ms)
     refusals = [t for status, ts in times.items() if status in ("429", "503") for t in ts]
     return {"rate_rps": round(rate, 3), "answers": {k: len(v) for k, v in sorted(times.items())},
-            "refusal_ms": percentiles(refusals)}  # fmt: skip
+            "refusal_ms": percentiles(refusals), "answered_status_ms": percentiles(times.get("200", []))}  # fmt: skip
 
 
 def run_level(args: argparse.Namespace, rates: dict[str, float], work: Path, name: str,
@@ -189,7 +195,7 @@ def run_level(args: argparse.Namespace, rates: dict[str, float], work: Path, nam
     prober = None
     if probe_rate:
         pool = concurrent.futures.ThreadPoolExecutor(1)
-        prober = pool.submit(probe, args, args.keys["flood"], probe_rate, args.seconds)
+        prober = pool.submit(probe, args, args.keys["flood"], probe_rate, args.seconds, args.probe_burst)
         pool.shutdown(wait=False)
     procs = {}
     for who, rate in rates.items():
@@ -315,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="multiples of the capacity; 0: the tenants alone (their unloaded figures)")  # fmt: skip
     parser.add_argument("--probe-share", type=float, default=0.25,
                         help="the share of the flood key's requests that the probe sends and times")  # fmt: skip
+    parser.add_argument("--probe-burst", type=int, default=3, help="the probe's requests sent at once")
     parser.add_argument("--keys", type=json.loads, default=LAB_KEYS, help="JSON: tenant-a, tenant-b, flood -> key")
     parser.add_argument("--out", type=Path, help="write the whole result here as JSON")
     parser.add_argument("--keep", action="store_true", help="keep AIPerf's artifacts (printed)")

@@ -105,3 +105,11 @@ def test_the_table_gives_each_tenants_p95_under_load_as_a_multiple_of_its_unload
     assert "| 8.0x |" in rows["5x", "tenant-b"]  # 400 / 50
     assert "x |" not in rows["0x", "tenant-a"].split("|")[9]  # no ratio at the unloaded level itself
     assert "| 4, 200: 30, 503: 90 | 2 / 9 / 31 |" in rows["5x", "flood"]
+
+
+def test_the_probe_sends_in_bursts_at_the_same_rate(front):
+    args = argparse.Namespace(url=front, model="tiny-gpt2", tokens=8)
+    result = overload.probe(args, "flood-key", rate=20, seconds=1.0, burst=4)
+    assert len(Front.seen) == 20  # five bursts of four
+    assert sum(result["answers"].values()) == 20
+    assert result["answers"]["503"] == 14
