@@ -157,11 +157,19 @@ def failure_text(run: Run) -> str:
     return "\n".join(f"{f.host}: {f.task}: {f.message}" for f in run.failures)
 
 
+def images_seen(run: Run) -> str:
+    """For a failure's message: each host's images with their creation times, and the run's
+    changed tasks (a build needs none when the host already had the image)."""
+    listing = {host: in_host(host, "docker images --format '{{.Repository}}:{{.Tag}} {{.CreatedAt}}'").stdout
+               for host in HOSTS}  # fmt: skip
+    return f"images: {json.dumps(listing, indent=1)}\nchanged: {[f'{c.host}: {c.task}' for c in run.changes]}"
+
+
 def each_image_was_built_once_and_pulled_by_the_others(run: Run) -> None:
     counts = steps(run)
     # FT for SM 80: reg-a builds, reg-b waits and pulls; FT for SM 86: reg-c builds; Triton: reg-a
     # builds, the others pull. Each of the three images is built exactly once in the fleet.
-    assert counts["build"] == Counter({"ftfleet-reg-a": 2, "ftfleet-reg-c": 1}), counts
+    assert counts["build"] == Counter({"ftfleet-reg-a": 2, "ftfleet-reg-c": 1}), (counts, images_seen(run))
     assert counts["push"] == counts["build"], counts
     assert counts["pull"] == Counter({"ftfleet-reg-b": 2, "ftfleet-reg-c": 1}), counts
     ids = {host: image_ids(host) for host in HOSTS}
@@ -236,7 +244,7 @@ def test_an_empty_plain_registry_gets_every_artifact_from_the_hosts_that_have_th
     counts, models = steps(run), model_steps(run)
     assert counts["build"] == Counter(), counts
     assert counts["pull"] == Counter(), counts
-    assert counts["push"] == Counter({"ftfleet-reg-a": 2, "ftfleet-reg-c": 1}), counts
+    assert counts["push"] == Counter({"ftfleet-reg-a": 2, "ftfleet-reg-c": 1}), (counts, images_seen(run))
     assert models["push"] == models["gemm-push"] == Counter({"ftfleet-reg-a": 1, "ftfleet-reg-c": 1}), models
     assert not models["convert"] + models["tune"] + models["fetch"] + models["pull"] + models["gemm-pull"], models
     daemon = json.loads(in_host("ftfleet-reg-b", "cat /etc/docker/daemon.json").stdout)
