@@ -135,12 +135,12 @@ def run_clients(http: str, grpc: str, prompt: str, *, tokens: int, end_id: int, 
     def unary(module, url):
         return lambda model, arrays, outputs: [infer(module, url, model, arrays, outputs)]
 
-    def streamed_grpc(model, arrays, outputs):
-        return stream(grpc, model, arrays, outputs)
-
-    ways = {"grpc-stream": (grpcclient, grpc, streamed_grpc)} if streamed else {
+    # Each way asks a model and gets its responses (one, unary); the gRPC one also asks the beams.
+    ask_grpc = (lambda model, arrays, outputs: stream(grpc, model, arrays, outputs)) if streamed \
+        else unary(grpcclient, grpc)  # fmt: skip
+    ways = {"grpc-stream": (grpcclient, grpc, ask_grpc)} if streamed else {
         "http": (httpclient, http, unary(httpclient, http)),
-        "grpc": (grpcclient, grpc, unary(grpcclient, grpc)),
+        "grpc": (grpcclient, grpc, ask_grpc),
     }  # fmt: skip
     outputs = ["output_ids", "sequence_length", "cum_log_probs"]
     for label, (module, url, ask) in ways.items():
@@ -161,9 +161,7 @@ def run_clients(http: str, grpc: str, prompt: str, *, tokens: int, end_id: int, 
                                    "cum_log_probs": float(answers[-1]["cum_log_probs"].reshape(-1)[0]),
                                    "responses": len(answers)}  # fmt: skip
     if beam:
-        request = ft_request(ids, tokens, end_id, repetition_penalty, beam=beam)
-        answers = (stream(grpc, "fastertransformer", request, outputs) if streamed
-                   else [infer(grpcclient, grpc, "fastertransformer", request, outputs)])  # fmt: skip
+        answers = ask_grpc("fastertransformer", ft_request(ids, tokens, end_id, repetition_penalty, beam=beam), outputs)
         answer, lengths = answers[-1], answers[-1]["sequence_length"].reshape(beam)
         seen["beam"] = {
             "output_ids": [answer["output_ids"][0, b, : lengths[b]].tolist() for b in range(beam)],
