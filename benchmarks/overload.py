@@ -157,12 +157,11 @@ def probe(args: argparse.Namespace, key: str, rate: float, seconds: float, burst
     body = json.dumps({"model": args.model, "prompt": "Every role", "max_tokens": args.tokens, "stream": True,
                        "ignore_eos": True})  # fmt: skip
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    connection = http.client.HTTPSConnection if target.scheme == "https" else http.client.HTTPConnection
 
     def one() -> tuple[str, float]:
         began = time.monotonic()
-        conn = (http.client.HTTPSConnection(target.hostname, target.port or 443, timeout=120)
-                if target.scheme == "https" else http.client.HTTPConnection(target.hostname, target.port or 80,
-                                                                            timeout=120))  # fmt: skip
+        conn = connection(target.hostname, target.port, timeout=120)  # no port: the scheme's own
         try:
             conn.request("POST", f"{target.path.rstrip('/')}/v1/completions", body=body, headers=headers)
             answer = conn.getresponse()
