@@ -100,7 +100,7 @@ harness: tools  ## a Docker engine and the locally built base image
 molecule: harness test-setup  ## the tests that need Docker and every Molecule scenario (or SCENARIO=name), in two lanes
 	scripts/docker-tests $(SCENARIO)
 
-fresh-test: harness test-setup  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container: twice, then make lab-down
+fresh-test: harness test-setup  ## `make lab` in a clean clone of HEAD on a fresh Debian 12 container, the lab's checks, then make lab-down
 	pytest -m lab -p no:cacheprovider -s
 
 # Unit and the harness as two jobs at once (each job's output whole, at its end): on a fresh

@@ -12,14 +12,18 @@ setup: a missing install step fails here, whatever this machine has.
 
 Then, inside it: `make lab` installs neither torch nor transformers; the printed completion (asked
 through HAProxy and the gateways with the OpenAI API) must be words and equal what transformers'
-generate() makes of the same model and prompt (compared here, outside); a second `make lab`
-changes nothing (its time printed); the front wants a key and streams the same text; a rollout
+generate() makes of the same model and prompt (compared here, outside); the front wants a key
+and streams the same text; a bad revision's canary goes back by itself, after which an apply
+changes nothing (scripts/lab-canary); a rollout
 over both hosts under load drops no request and changes on each host exactly its config, its
 unit and its restart, draining it first; check mode previews a GPU change on one host without
 changing it; Prometheus scrapes every layer; `make lab-down` leaves no lab container and no lab
 sources. Hosts inside are reached through `docker exec`, services on their loopback only. (The
 load in the recording rules, an alert firing and resolving and `ftfleet report` are checked by
-molecule/site, whose Prometheus runs on a host of its own.)"""
+molecule/site, whose Prometheus runs on a host of its own.) A second `make lab` is not run here:
+that a second run of site.yml changes nothing is molecule/site's idempotence step, on more roles
+than the lab has, and it cost this test 110 to 200 s of the suite's critical lane
+(docs/testing.md, "Where the time goes")."""
 
 from __future__ import annotations
 
@@ -145,7 +149,7 @@ def fresh(tmp_path_factory):
         assert removed.returncode == 0, removed.stdout[-3000:]
 
 
-def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_nothing(fresh, tmp_path):
+def test_make_lab_on_a_fresh_machine_serves_words_as_transformers(fresh, tmp_path):
     corpus = fresh
     first, took = inside("make lab", timeout=2400)
     out = first.stdout + first.stderr
@@ -182,18 +186,6 @@ def test_make_lab_on_a_fresh_machine_serves_words_as_transformers_then_changes_n
     print(f"make lab printed for tiny-neox: {neox!r}")
     assert neox == reference(tmp_path, "tiny-neox"), out[-3000:]
 
-    second, took = inside("make lab", timeout=900)
-    out = second.stdout + second.stderr
-    print(f"second make lab: {took:.0f} s (goal: under 60 s)\n{progress(out)}")
-    assert second.returncode == 0, out[-8000:]
-    again = report("apply")
-    assert again["run_dir"] != applied["run_dir"]
-    unchanged = {"lab-node1": dict.fromkeys(stages, 0), "lab-node2": dict.fromkeys(stages, 0),
-                 "neox.lab-node1": dict.fromkeys(slot_stages, 0),
-                 "lab-lb": {"preflight": 0, "serve": 0, "monitoring": 0}}  # fmt: skip
-    assert again["changed"] == unchanged, again
-    assert completion(out) == served
-    assert completion(out, "tiny-neox") == neox
     the_guides_clients_stream_the_same_completion_from_tritonserver(served)
 
     the_front_wants_a_key_and_streams_the_same_text()
