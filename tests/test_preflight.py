@@ -131,7 +131,8 @@ GPTJ = {"name": "gpt-j-6b", "family": "gptj", "source": {"revision": "main"}, "w
           "GB (its weights, bin, fetch 240.0 GB, three times with git-lfs (the checkout and the objects of this "
           "revision and the previous); the fp32 shards", "GB, twice (this revision's and the previous)",
           "fix: free space or point fleet_data_root",
-          "fleet_tensor_para_size=1: huge needs", "MiB of weights per GPU at fp16"]),
+          "fleet_model huge: FT needs", "MiB per GPU at FT's peak (weights ",
+          "more than 90% of the smallest assigned GPU (81,920 MiB: 73,728)"]),
         # 25.04's image from elsewhere (an archive: no image can be built for it here, the next case)
         ("driver too old for the container", "a100x1",
          {"fleet_triton_container_version": "25.04", "triton_image_archive": "/srv/images/tritonserver-ft-25.04.tar"},
@@ -454,9 +455,9 @@ def test_a_second_model_on_a_machine_is_refused_its_neighbours_gpus_and_ports(la
     [
         ({"fleet_tensor_para_size": 4},
          "tensor_para_size 4 x pipeline_para_size 1 = 4 GPUs, but 2 are assigned"),
-        # h2oGPT's fp16 weights at tp 2 (6935 MiB a GPU) against a tenth of an L40S's 46068 MiB
+        # h2oGPT at tp 2 (6,935 MiB of fp16 weights a GPU, and its batch) against a tenth of an L40S's 46,068 MiB
         ({"preflight_gpu_memory_fraction": 0.1},
-         "h2ogpt needs 6935 MiB of weights per GPU at fp16, more than 10% of the smallest assigned GPU (46068 MiB)"),
+         "more than 10% of the smallest assigned GPU (46,068 MiB: 4,606); a full batch at the longest lengths"),
     ],
     ids=["tp-not-its-gpus", "too-little-memory"],
 )  # fmt: skip
@@ -548,7 +549,9 @@ def test_a_slim_gptj_archive_is_checked_from_the_inventory(lab, tmp_path):
     if lab.get("installed") != "a100x1":
         assert preflight(lab, "a100x1")[0] == 0
         lab["installed"] = "a100x1"
-    rc, out = preflight(lab, "a100x1", fleet_model=model)
+    # max_batch_size 64: the GPU memory plan of 128 requests of 2,048 tokens (the role's default)
+    # needs 97,804 MiB of one A100-80GB, 86,975 of it the context phase's (its layers one at a time)
+    rc, out = preflight(lab, "a100x1", fleet_model=model, triton_model_repo_max_batch_size=64)
     assert rc == 0, out
     said = " ".join(out.split())
     # 2 layers of 201 M parameters, the embedding and the head of 206 M each, in bfloat16

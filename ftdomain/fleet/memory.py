@@ -1,0 +1,95 @@
+"""A host's GPU memory plan: ftdomain.ft.memory's figures for the settings the host serves with (its
+model, tensor and pipeline parallelism, its model repository's max_batch_size and int8_mode, the
+longest request its gateway lets in), against the smallest GPU it is given."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.gateway import model_context_length
+from ftdomain.ft.families import get_family
+from ftdomain.ft.memory import MIB, ft_memory_fit, ft_memory_plan
+from ftdomain.ft.model import ft_model_params
+from ftdomain.inputs.derived import role_defaults
+
+_LABELS = {
+    "weights": "weights",
+    "kv_cache": "key/value cache",
+    "context": "context phase",
+    "decoding": "decoding",
+    "overhead": "runtime",
+}
+
+
+def _mib(value: int) -> str:
+    return f"{value:,}"
+
+
+def fleet_memory_plan(provided: Any, model: Any, config: Any, gpus: Any) -> dict[str, Any]:
+    """The plan of one host: {plan (ft_memory_plan's), fit (ft_memory_fit's), capacity_mib,
+    gpu_mib, summary, problem ('' when it fits)}.
+
+    provided: the host's variables (fleet_* and the roles' prefixed ones; roles' defaults fill the
+    rest): fleet_tensor_para_size, fleet_pipeline_para_size, fleet_gpu_devices,
+    triton_model_repo_max_batch_size, triton_model_repo_int8_mode, gateway_context_length,
+    gateway_context_length_fallback, preflight_gpu_memory_fraction, preflight_gpu_overhead_mib,
+    preflight_memory_beam_width. model: fleet_model resolved (family, data_type). config: the
+    model's config.json. gpus: the gpus local fact (devices with index and memory_mib)."""
+    for name, value in (("provided", provided), ("model", model), ("config", config), ("gpus", gpus)):
+        if not isinstance(value, Mapping):
+            raise AnsibleFilterError(f"fleet_memory_plan: {name} must be a dict, got {type(value).__name__}")
+    v = {**role_defaults(), **provided}
+    family = model.get("family")
+    params = ft_model_params(config, family)
+    context = int(v.get("gateway_context_length") or 0) or model_context_length(
+        config, int(v.get("gateway_context_length_fallback") or 2048)
+    )
+    options = {
+        "data_type": model.get("data_type"),
+        "int8_mode": v.get("triton_model_repo_int8_mode", 0),
+        "tp": v.get("fleet_tensor_para_size", 1),
+        "pp": v.get("fleet_pipeline_para_size", 1),
+        "max_batch_size": v.get("triton_model_repo_max_batch_size"),
+        "beam_width": v.get("preflight_memory_beam_width", 1),
+        "context": context,
+        "overhead_mib": v.get("preflight_gpu_overhead_mib", 0),
+    }
+    plan = ft_memory_plan(family, params, options)
+    devices = v.get("fleet_gpu_devices") or []
+    assigned = [d for d in gpus.get("devices") or [] if d.get("index") in devices]
+    sizes = [int(d["memory_mib"]) for d in assigned if d.get("memory_mib")]
+    parts = ", ".join(f"{_LABELS[k]} {_mib(-(-b // MIB))}" for k, b in plan["bytes"].items())
+    where = (
+        f"max_batch_size {plan['max_batch_size']} x beam {plan['beam_width']} at {_mib(context)} tokens "
+        f"(prompt + answer, the gateway's context), {plan['data_type']}"
+        + (f" int8_mode {plan['int8_mode']}" if plan["int8_mode"] else "")
+        + f", tp {plan['tp']} x pp {plan['pp']}"
+    )
+    summary = f"{_mib(plan['total_mib'])} MiB per GPU at FT's peak ({parts}) for {where}"
+    result: dict[str, Any] = {"plan": plan, "fit": {}, "capacity_mib": 0, "gpu_mib": 0, "summary": summary,
+                              "problem": ""}  # fmt: skip
+    if not sizes:
+        return result
+    fraction = float(v.get("preflight_gpu_memory_fraction", 0.9))
+    gpu_mib = min(sizes)
+    capacity = int(gpu_mib * fraction)
+    fit = ft_memory_fit(family, params, options, capacity)
+    result.update(fit=fit, capacity_mib=capacity, gpu_mib=gpu_mib)
+    result["summary"] = f"{summary}; {int(fraction * 100)}% of the smallest assigned GPU: {_mib(capacity)} MiB"
+    if plan["total_mib"] > capacity:
+        fixes = []
+        if fit["max_batch_size"]:
+            fixes.append(f"triton_model_repo_max_batch_size: {fit['max_batch_size']} fits")
+        if fit["context"] >= 2:
+            fixes.append(f"gateway_context_length: {fit['context']} fits at max_batch_size {plan['max_batch_size']}")
+        fixes.append("more GPUs (a larger tensor-parallel size)")
+        if get_family(family).int8 and not plan["int8_mode"]:
+            fixes.append("triton_model_repo_int8_mode: 1 (weight-only int8)")
+        result["problem"] = (
+            f"fleet_model {model.get('name')}: FT needs {summary}, more than {int(fraction * 100)}% of the smallest "
+            f"assigned GPU ({_mib(gpu_mib)} MiB: {_mib(capacity)}); a full batch at the longest lengths would fail "
+            f"with CUDA out of memory; fix: {'; or '.join(fixes)}"
+        )
+    return result
