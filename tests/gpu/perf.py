@@ -344,24 +344,30 @@ def measure_shape(args, shape: str, work: Path) -> dict:
 
 def variant_config(text: str, change: dict) -> str:
     """The perf set's fastertransformer config.pbtxt with a variant's changes; a line the change
-    needs and the config lacks is an error (a renamed template must not measure the default)."""
+    needs and the config lacks is an error (a renamed template must not measure the default).
+    The dynamic batcher is a block (its delay, then the queue's policy): a variant changes its
+    delay line, or drops the block to its closing brace."""
     lines = text.splitlines()
 
-    def replace(prefix: str, new: str | None) -> None:
-        found = [i for i, line in enumerate(lines) if line.startswith(prefix)]
+    def find(prefix: str) -> int:
+        found = [i for i, line in enumerate(lines) if line.strip().startswith(prefix)]
         if len(found) != 1:
             raise RuntimeError(f"config.pbtxt: expected one line starting {prefix!r}, found {len(found)}")
-        if new is None:
-            del lines[found[0]]
-        else:
-            lines[found[0]] = new
+        return found[0]
 
     if "max_batch_size" in change:
-        replace("max_batch_size:", f"max_batch_size: {change['max_batch_size']}")
+        lines[find("max_batch_size:")] = f"max_batch_size: {change['max_batch_size']}"
     if change.get("dynamic_batching") is False:
-        replace("dynamic_batching {", None)
+        start = end = find("dynamic_batching {")
+        depth = 0
+        for end in range(start, len(lines)):
+            depth += lines[end].count("{") - lines[end].count("}")
+            if depth == 0:
+                break
+        del lines[start : end + 1]
     if "delay_us" in change:
-        replace("dynamic_batching {", f"dynamic_batching {{ max_queue_delay_microseconds: {change['delay_us']} }}")
+        at = find("max_queue_delay_microseconds:")
+        lines[at] = f"  max_queue_delay_microseconds: {change['delay_us']}"
     return "\n".join(lines) + "\n"
 
 
