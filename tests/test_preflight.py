@@ -108,6 +108,28 @@ def test_valid_inventory_passes(lab):
     assert changed_count(out) == 0
 
 
+def test_a_refused_release_says_why(lab):
+    """A release the project leaves out for a known reason (Ubuntu 20.04: python3 3.8) is refused
+    with that reason; here this machine's Debian 12 stands for it, left out and given a reason."""
+    reasons = {"Debian 12": "its python3 is too old for the gateway (a stand-in reason)"}
+    rc, out = preflight(lab, "a100x1", preflight_supported_os={"Ubuntu": ["22.04"]}, __preflight_os_refusals=reasons)
+    said = " ".join(out.split())
+    assert rc != 0, out
+    assert ("operating system not supported (supported: Ubuntu 22.04): its python3 is too old for the gateway "
+            "(a stand-in reason); fix: reinstall the host with a supported release") in said, said  # fmt: skip
+
+
+def test_ubuntu_20_04s_reason_matches_the_hosts_python_floor():
+    """The reason given for Ubuntu 20.04 (python3 3.8) holds against the oldest host Python the
+    project checks its host code for (scripts/check-pythons)."""
+    reasons = yaml.safe_load((ROOT / "roles/preflight/vars/main.yml").read_text())["__preflight_os_refusals"]
+    floor = min(re.findall(r'"the OS\'s python3", "(3\.\d+)"', (ROOT / "scripts/check-pythons").read_text()),
+                key=lambda v: tuple(map(int, v.split("."))))  # fmt: skip
+    assert floor == "3.9"
+    assert "python3 is 3.8" in reasons["Ubuntu 20.04"]
+    assert f"need {floor} or later" in reasons["Ubuntu 20.04"]
+
+
 GPTJ = {"name": "gpt-j-6b", "family": "gptj", "source": {"revision": "main"}, "weight_dtype": "fp32"}
 
 
