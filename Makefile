@@ -10,7 +10,7 @@ export PATH := $(BIN):$(PATH)
 # One scenario: make molecule SCENARIO=git_lfs
 SCENARIO ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help tools setup test-setup lock lint unit harness molecule fresh-test test lab bench overload-bench registry-bench lab-crash lab-down clean
+.PHONY: help tools setup test-setup lock lint check unit harness molecule fresh-test test lab bench overload-bench registry-bench lab-crash lab-down clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -84,6 +84,12 @@ lint: test-setup  ## yamllint --strict, ansible-lint (production profile), ruff,
 	ruff format --check .
 	$(BIN)/python scripts/check-pythons
 	@echo "$$(date +%T) lint: passed"
+
+# The loop a contributor runs before every commit: everything that needs no Docker and no playbook
+# run (the playbook-level tests are make unit's second half, about 15 minutes).
+check: lint  ## the fast loop: lint, then tests/unit on both cores (about 1.5 minutes here)
+	@echo "$$(date +%T) check: tests/unit on 2 workers"
+	pytest tests/unit -q -n 2
 
 # Coverage of ftdomain/ (the filters' code) from tests/unit/, which call it in-process; the
 # playbook-level tests run without the tracer, which slowed their own Python by about 10 % (the
