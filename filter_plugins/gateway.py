@@ -22,6 +22,9 @@ description:
   - model_context_length reads a Hugging Face config.json and returns the number of positions
     the model was trained for (max_position_embeddings, n_positions, n_ctx, seq_length), or the
     fallback where it names none (ALiBi models such as BLOOM).
+  - triton_final_response says whether a Triton release ("23.04", "23.06-py3") marks a decoupled
+    answer's last response (triton_final_response, from 23.06 on); an unknown release counts as
+    not, and the gateway then reads the end of an answer from the answer itself.
 options:
   _input:
     description: The keys (gateway_key_records) or the parsed config.json (model_context_length).
@@ -56,6 +59,7 @@ from ftdomain.fleet.gateway import (
     gateway_probe_key,
     gateway_tls_file_problems,
     model_context_length,
+    triton_final_response,
 )
 
 
@@ -67,4 +71,5 @@ class FilterModule:
             "gateway_tls_file_problems": gateway_tls_file_problems,
             "gateway_probe_key": gateway_probe_key,
             "gateway_peers": gateway_peers,
+            "triton_final_response": triton_final_response,
         }

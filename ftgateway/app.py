@@ -25,7 +25,7 @@ __all__ = ["Gateway", "Metrics", "create_app"]  # Gateway and Metrics: where cal
 
 
 def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
-    transport = triton or Triton(settings.triton_grpc, settings.request_timeout_s)
+    transport = triton or Triton(settings.triton_grpc, settings.request_timeout_s, settings.triton_final_response)
     gw = Gateway(settings, Tokenizing(transport, settings.tokenizer_dir))
     Caller = Annotated[Optional[Key], Depends(gw.auth)]
 

@@ -31,6 +31,10 @@ class Settings:
     allow_anonymous: bool = False
     default_rate_per_minute: int = 600  # requests per key in any 60 s, unless the key says otherwise
     request_timeout_s: float = 300.0  # per call to tritonserver
+    # Whether tritonserver marks a decoupled answer's last response (Triton 23.06 and later); the
+    # role sets it from fleet_triton_container_version. False: the gateway reads the end from the
+    # answer itself (triton.py, _ended).
+    triton_final_response: bool = True
     # /v1/chat/completions: the model's chat template (Jinja, as transformers renders it; empty:
     # no chat) and the special tokens it may name.
     chat_template: str = ""
@@ -82,17 +86,12 @@ class Settings:
             raw = {**raw, "peers": peers_of(raw.get("peers", []))}
         except ValueError as err:
             raise ConfigError(str(err)) from err
-        for name in (
-            "chat_template",
-            "chat_bos_token",
-            "chat_eos_token",
-            "tokenizer_dir",
-            "checkpoint_dir",
-            "peer_ca_file",
-            "fleet_key_file",
-        ):
-            if not isinstance(raw.get(name, ""), str):
-                raise ConfigError(f"setting {name!r} must be a string, got {raw[name]!r}")
+        strings = ("chat_template", "chat_bos_token", "chat_eos_token", "tokenizer_dir", "checkpoint_dir",
+                   "peer_ca_file", "fleet_key_file")  # fmt: skip
+        typed = {**dict.fromkeys(strings, (str, "a string")), "triton_final_response": (bool, "true or false")}
+        for name, (kind, said) in typed.items():
+            if not isinstance(raw.get(name, known[name].default), kind):
+                raise ConfigError(f"setting {name!r} must be {said}, got {raw[name]!r}")
         if raw.get("max_tokens_limit", cls.max_tokens_limit) >= raw.get("context_length", cls.context_length):
             raise ConfigError("setting 'max_tokens_limit' must be smaller than 'context_length' (room for a prompt)")
         settings = cls(**raw)

@@ -82,8 +82,11 @@ class Step:
 
 
 class Triton:
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, final_response: bool = True) -> None:
         self.url, self.timeout = url, timeout_s
+        # Whether tritonserver marks a decoupled answer's last response (triton_final_response,
+        # from Triton 23.06 on). Without it the answer's end is read from the answer (_ended).
+        self.final_response = final_response
         self._client: grpcclient.InferenceServerClient | None = None
         # Read from tritonserver once and kept until a call fails or the health check finds it
         # not ready: a restarted tritonserver may serve another repository (a decoupled model or
@@ -234,9 +237,10 @@ class Triton:
             inputs.append(_tensor("bad_words_list", tokens.bad_ids, "INT32"))
         return inputs
 
-    async def _answers(self, inputs: list[grpcclient.InferInput]) -> AsyncIterator:
+    async def _answers(self, inputs: list[grpcclient.InferInput], longest: int) -> AsyncIterator:
         """The fastertransformer model's answers that carry tokens: one, or with a decoupled model
-        one per step until Triton's final response."""
+        one per step until Triton's final response; where Triton does not mark it (before 23.06),
+        until the answer has ended (_ended: `longest` tokens, prompt included, or no new token)."""
         try:
             decoupled = await self.decoupled()
         except InferenceServerException:
@@ -247,15 +251,24 @@ class Triton:
                 return
 
             async def requests():
-                yield {"model_name": "fastertransformer", "inputs": inputs, "enable_empty_final_response": True}
+                request = {"model_name": "fastertransformer", "inputs": inputs}
+                if self.final_response:
+                    request["enable_empty_final_response"] = True
+                yield request
 
             try:
+                before = None
                 async for result, error in self.client.stream_infer(requests(), stream_timeout=self.timeout):
                     if error is not None:
                         raise error
                     final = result.get_response().parameters.get("triton_final_response")
+                    if not self.final_response and _ended(result, before, longest):
+                        if before is None or result.as_numpy("sequence_length").max() > before:
+                            yield result
+                        return
                     if result.as_numpy("output_ids") is not None:
                         yield result
+                        before = int(result.as_numpy("sequence_length").max())
                     if final is not None and final.bool_param:
                         return
             except grpc.RpcError as err:
@@ -273,7 +286,8 @@ class Triton:
         width = _tensor("beam_width", np.array([[beam_width]], dtype=np.uint32), "UINT32")
         penalty = _tensor("len_penalty", np.array([[len_penalty]], dtype=np.float32), "FP32")
         last = None
-        async for result in self._answers([*self._ft_inputs(tokens, max_tokens, params), width, penalty]):
+        inputs = [*self._ft_inputs(tokens, max_tokens, params), width, penalty]
+        async for result in self._answers(inputs, tokens.count + max_tokens):
             last = result
         if last is None:
             raise InferenceServerException("the fastertransformer model answered no beams")
@@ -281,8 +295,19 @@ class Triton:
 
     async def generate(self, tokens: Tokens, max_tokens: int, params: Sampling) -> AsyncIterator[Step]:
         """The sequence so far, once per step the model answers (once in all unless decoupled)."""
-        async for result in self._answers(self._ft_inputs(tokens, max_tokens, params)):
+        async for result in self._answers(self._ft_inputs(tokens, max_tokens, params), tokens.count + max_tokens):
             yield _step(result)
+
+
+def _ended(result, before: int | None, longest: int) -> bool:
+    """Whether a decoupled answer is over without Triton's final-response flag: FT answers once a
+    step for the whole batch, and a sequence grows by a token each step until it ends (its length,
+    its end id or a stop word); FT's last response repeats the last step. So it has ended once the
+    longest sequence (the beams') reaches `longest` or a response brings no new token."""
+    if result.as_numpy("output_ids") is None:
+        return False
+    length = int(result.as_numpy("sequence_length").max())
+    return length >= longest or (before is not None and length <= before)
 
 
 def _beams(result) -> list[Step]:

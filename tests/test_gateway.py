@@ -874,7 +874,7 @@ def test_a_stream_that_tritonserver_drops_is_a_retryable_upstream_error():
     triton._client, triton._decoupled = Dropped(), True
 
     async def first():
-        return await anext(aiter(triton._answers([])))
+        return await anext(aiter(triton._answers([], 8)))
 
     with pytest.raises(InferenceServerException) as err:
         asyncio.run(first())

@@ -90,6 +90,22 @@ def model_context_length(config: Any, fallback: Any) -> int:
     return fallback
 
 
+# Triton's gRPC stream says that a request is complete (the response parameter
+# triton_final_response, asked for with enable_empty_final_response) from release 23.06 on
+# (triton-inference-server/server PR 5878, documented for 23.06 in PR 5965); the FT backend marks
+# a decoupled answer's last response only so (TRITONSERVER_RESPONSE_COMPLETE_FINAL on it).
+FINAL_RESPONSE_FROM = (23, 6)
+
+
+def triton_final_response(version: Any) -> bool:
+    """Whether a Triton release ("23.04", "23.06-py3") marks a decoupled answer's last response.
+    An unknown release (an archive's, a tag of one's own) counts as not: the gateway then reads
+    the end of an answer from the answer, which holds on every release."""
+    text = version.strip().removesuffix("-py3") if isinstance(version, str) else ""
+    match = re.fullmatch(r"(\d{2})\.(\d{2})", text)
+    return match is not None and (int(match[1]), int(match[2])) >= FINAL_RESPONSE_FROM
+
+
 def gateway_tls_file_problems(stats: Any, user: Any, key_path: Any) -> list[str]:
     """From the stat results of the certificate and key: what the gateway's user cannot read,
     and a key that every user can."""

@@ -17,7 +17,6 @@ from ftdomain.inputs.gpus import gpu_problems
 from ftdomain.inputs.roles import path_problems, role_of, spec_problems, tp_problems, unknown_fleet
 from ftdomain.inputs.server import (
     build_recipe_problems,
-    decoupled_problems,
     server_problems,
     triton_model_repo_problems,
 )
@@ -41,7 +40,7 @@ def fleet_input_problems(provided: Any, gpus: Any = None) -> list[str]:
         problems.append(f"nvidia_driver_branch={show(branch)}: must be a driver branch such as '535'")
     model = values.get("fleet_model")
     if isinstance(model, Mapping) and model and values.get("fleet_gateway") is True:
-        problems += gateway_problems(values) + decoupled_problems(values)
+        problems += gateway_problems(values)
     if isinstance(model, Mapping) and model and not fleet_model_problems(model):
         problems += triton_model_repo_problems(values, fleet_model_resolved(model))
     problems += build_recipe_problems(values)

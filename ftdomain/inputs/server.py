@@ -48,33 +48,6 @@ def server_problems(v: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-# Triton's gRPC stream says that a request is complete (the response parameter
-# triton_final_response, asked for with enable_empty_final_response) from release 23.06 on
-# (triton-inference-server/server PR 5878, documented for 23.06 in PR 5965). The FT backend marks
-# a decoupled answer's last response only so (TRITONSERVER_RESPONSE_COMPLETE_FINAL on it).
-FINAL_RESPONSE_FLAG_FROM = (23, 6)
-
-
-def decoupled_problems(v: Mapping[str, Any]) -> list[str]:
-    """A decoupled model behind the gateway on a Triton that cannot say when its answer ends:
-    every streamed request would wait for the gateway's timeout. Not checked where the image
-    comes from an archive (triton_image_archive: its release is not fleet_triton_container_version)."""
-    if v.get("triton_model_repo_decoupled") is not True or v.get("fleet_gateway") is not True:
-        return []
-    version = v.get("fleet_triton_container_version")
-    text = version.strip().removesuffix("-py3") if isinstance(version, str) else ""
-    match = re.fullmatch(r"(\d{2})\.(\d{2})", text)
-    if v.get("triton_image_archive") or match is None or (int(match[1]), int(match[2])) >= FINAL_RESPONSE_FLAG_FROM:
-        return []
-    return [
-        f"triton_model_repo_decoupled with fleet_triton_container_version={version}: the gateway reads a decoupled "
-        "model's stream until Triton marks its last response (triton_final_response), which Triton does from 23.06 "
-        "on; with this release every streamed request would wait for the gateway's timeout; fix: "
-        "fleet_triton_container_version 23.06 or later, or triton_model_repo_decoupled: false (a streamed answer "
-        "then comes in one chunk)"
-    ]
-
-
 BUILD_RECIPE = "roles/triton_image/files/ftb/recipe.json"
 
 

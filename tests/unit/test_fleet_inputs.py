@@ -10,6 +10,7 @@ import pytest
 from configs import GPTJ_6B, LLAMA_7B
 
 from ftdomain.errors import AnsibleFilterError
+from ftdomain.fleet.gateway import triton_final_response
 from ftdomain.ft.cuda import container_sms
 from ftdomain.inputs import derived
 from ftdomain.inputs.checks import fleet_input_names, fleet_input_problems, ft_model_params_problems
@@ -287,27 +288,24 @@ def test_model_repo_problems_alone():
 
 
 @pytest.mark.parametrize(
-    ("change", "refused"),
+    ("version", "marks"),
     [
-        ({"fleet_triton_container_version": "23.04"}, True),  # the LLaMA guide's release: no final flag yet
-        ({"fleet_triton_container_version": "22.04"}, True),
-        ({"fleet_triton_container_version": "23.06"}, False),  # the first release that sends it
-        ({"fleet_triton_container_version": "23.10"}, False),
-        ({"fleet_triton_container_version": "23.04", "fleet_gateway": False}, False),  # clients of Triton itself
-        ({"fleet_triton_container_version": "23.04", "triton_model_repo_decoupled": False}, False),
-        ({"fleet_triton_container_version": "23.04", "triton_image_archive": "/var/tmp/triton.tar"}, False),
+        ("23.04", False),  # the LLaMA guide's release: no final flag yet
+        ("22.04", False),
+        ("23.06", True),  # the first release that sends it
+        ("23.10-py3", True),
+        ("", False),  # unknown (an archive's image): the gateway reads the end from the answer
+        ("latest", False),
     ],
 )
-def test_a_decoupled_model_behind_the_gateway_needs_tritons_final_response_flag(change, refused):
-    values = {**GOOD, "fleet_gateway": True, "triton_model_repo_decoupled": True, **change}
-    version = values["fleet_ft_container_version"] = values["fleet_triton_container_version"]
-    problems = [p for p in fleet_input_problems(values, A100) if "triton_final_response" in p]
-    assert bool(problems) == refused, problems
-    if refused:
-        assert problems[0].startswith(f"triton_model_repo_decoupled with fleet_triton_container_version={version}")
-        assert (
-            "fix: fleet_triton_container_version 23.06 or later, or triton_model_repo_decoupled: false" in problems[0]
-        )
+def test_a_decoupled_model_behind_the_gateway_is_served_on_every_release(version, marks):
+    """Before 23.06 Triton does not mark a decoupled answer's last response; the gateway reads the
+    end from the answer (ftgateway/triton.py, _ended), so preflight refuses no release for it."""
+    values = {**GOOD, "fleet_gateway": True, "triton_model_repo_decoupled": True}
+    if version[:2].isdigit():
+        values["fleet_ft_container_version"] = values["fleet_triton_container_version"] = version.removesuffix("-py3")
+    assert not [p for p in fleet_input_problems(values, A100) if "decoupled" in p]
+    assert triton_final_response(version) is marks
 
 
 def test_a_shipped_chat_template_or_a_file_on_the_controller_is_accepted(tmp_path):
