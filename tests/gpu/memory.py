@@ -61,17 +61,24 @@ def fits(params: dict, context: int, overhead: int, capacity: int) -> int:
     return ft_memory_fit("gptj", params, options, capacity)["max_batch_size"]
 
 
-def served_repo(work: Path, shards: Path, config_text: str, batch: int, name: str) -> Path:
+def served_repo(work: Path, shards: Path, config_text: str, batch: int, name: str, *, delay_us: int = 5_000_000,
+                int8_mode: int | None = None) -> Path:  # fmt: skip
     """The fastertransformer model alone, whole (not decoupled), max_batch_size `batch`, with a
-    dynamic batcher that waits up to 5 s for a full batch."""
+    dynamic batcher that waits up to `delay_us` for a full batch (5 s: one batch of all that is
+    sent at once); int8_mode, where given, replaces the config's."""
     repo = work / f"memory-{name}" / "repo"
     model = repo / "fastertransformer"
     model.mkdir(parents=True, exist_ok=True)
     if not (model / "1").exists():
         (model / "1").symlink_to(shards, target_is_directory=True)
-    text = perf.variant_config(config_text, {"max_batch_size": batch, "delay_us": 5_000_000})
-    text = "\n".join(line for line in text.splitlines() if "decoupled" not in line) + "\n"
-    (model / "config.pbtxt").write_text(text)
+    text = perf.variant_config(config_text, {"max_batch_size": batch, "delay_us": delay_us})
+    lines = [line for line in text.splitlines() if "decoupled" not in line]
+    if int8_mode is not None:
+        at = [i for i, line in enumerate(lines) if '"int8_mode"' in line]
+        if len(at) != 1:
+            raise RuntimeError(f"config.pbtxt: expected one int8_mode parameter, found {len(at)}")
+        lines[at[0]] = f'parameters {{ key: "int8_mode" value: {{ string_value: "{int8_mode}" }} }}'
+    (model / "config.pbtxt").write_text("\n".join(lines) + "\n")
     return repo
 
 
