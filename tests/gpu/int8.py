@@ -7,7 +7,7 @@ of 32 agree with fp16's), and output tokens per second at 1 and 16 clients (128 
 128 answer tokens: greedy never ends early on perf.py's checkpoints).
 
     python3 tests/gpu/int8.py --tritonserver DIR --backends DIR --libs DIR... --repos DIR
-        --device-root DIR --stub-python VENV --gateway-python VENV [--out DIR]
+        --device-root DIR --stub-python VENV [--out DIR]
 
 Writes int8-gpt2-medium.json under --out.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -34,40 +33,22 @@ PROMPTS = 4  # greedy prompts compared
 NEW = 32  # tokens each
 
 
-def infer(client, ids: list[int], tokens: int, end_id: int) -> list[int]:
-    """One greedy request to the fastertransformer model: its new token ids."""
-    import numpy as np  # noqa: PLC0415
-    import tritonclient.grpc as grpcclient  # noqa: PLC0415
-
-    tensors = {"input_ids": np.array([ids], np.uint32), "input_lengths": np.array([[len(ids)]], np.uint32),
-               "request_output_len": np.array([[tokens]], np.uint32), "runtime_top_k": np.array([[1]], np.uint32),
-               "start_id": np.array([[end_id]], np.uint32), "end_id": np.array([[end_id]], np.uint32)}  # fmt: skip
-    inputs = []
-    for name, value in tensors.items():
-        tensor = grpcclient.InferInput(name, list(value.shape), "UINT32")
-        tensor.set_data_from_numpy(value)
-        inputs.append(tensor)
-    result = client.infer("fastertransformer", inputs, client_timeout=300)
-    length = int(result.as_numpy("sequence_length").reshape(-1)[0])
-    return result.as_numpy("output_ids").reshape(-1)[len(ids) : length].tolist()
+def greedy(base: str, ids: list[int], tokens: int, end_id: int) -> list[int]:
+    """One greedy request's new token ids (memory.infer_json: Triton's HTTP/JSON protocol)."""
+    outputs = memory.infer_json(base, ids, tokens, end_id)
+    return outputs["output_ids"][len(ids) : outputs["sequence_length"][0]]
 
 
-def throughput(grpc: str, clients: int, end_id: int) -> dict:
+def throughput(base: str, clients: int, end_id: int) -> dict:
     """`clients` threads, 2 requests each of 128 prompt and 128 answer tokens: output tokens/s."""
-    import tritonclient.grpc as grpcclient  # noqa: PLC0415
-
     made, errors = [], []
 
     def work(n: int) -> None:
-        client = grpcclient.InferenceServerClient(grpc)
         try:
             for r in range(2):
-                ids = [(11 * n + 3 * r + j) % 300 + 1 for j in range(128)]
-                made.append(len(infer(client, ids, 128, end_id)))
-        except Exception as err:  # reported, not raised: the level's figure says what failed
+                made.append(len(greedy(base, [(11 * n + 3 * r + j) % 300 + 1 for j in range(128)], 128, end_id)))
+        except (OSError, ValueError, KeyError) as err:  # reported: the level's figure says what failed
             errors.append(f"{type(err).__name__}: {str(err)[:200]}")
-        finally:
-            client.close()
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(clients)]
     began = time.monotonic()
@@ -81,39 +62,31 @@ def throughput(grpc: str, clients: int, end_id: int) -> dict:
 
 
 def serve(args, repo_dir: Path, work: Path, mode: int, *, end_id: int, before: float) -> dict:
-    import tritonclient.grpc as grpcclient  # noqa: PLC0415
-
     repo = memory.served_repo(work, repo_dir / "fastertransformer" / "1",
                               (repo_dir / "fastertransformer" / "config.pbtxt").read_text(), 16, f"int8-{mode}",
                               delay_us=10_000, int8_mode=mode)  # fmt: skip
     found: dict = {"int8_mode": mode}
     try:
-        with stack.tritonserver(args, repo, work) as (_base, grpc, log):
+        with stack.tritonserver(args, repo, work) as (base, _grpc, log):
             found["ready_mib"] = round(memory.used_mib() - before)
-            client = grpcclient.InferenceServerClient(grpc)
-            found["greedy"] = [infer(client, [(7 * p + j) % 300 + 1 for j in range(16)], NEW, end_id)
+            found["greedy"] = [greedy(base, [(7 * p + j) % 300 + 1 for j in range(16)], NEW, end_id)
                                for p in range(PROMPTS)]  # fmt: skip
-            client.close()
-            found["levels"] = [throughput(grpc, clients, end_id) for clients in (1, 16)]
+            found["levels"] = [throughput(base, clients, end_id) for clients in (1, 16)]
             found["peak_mib"] = round(memory.used_mib() - before)
             lines = log.read_text(errors="replace").splitlines()
             found["log_int8_lines"] = [line[-300:] for line in lines if "int8" in line.lower()][-5:]
-    except RuntimeError as err:  # tritonserver did not start: what it said is the result
+    except (RuntimeError, OSError) as err:  # tritonserver did not start, or failed: what it said is the result
         found["server_error"] = str(err)[-2000:]
     return found
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for name in ("--tritonserver", "--backends", "--repos", "--device-root", "--stub-python", "--gateway-python"):
+    for name in ("--tritonserver", "--backends", "--repos", "--device-root", "--stub-python"):
         parser.add_argument(name, type=Path, required=True)
     parser.add_argument("--libs", type=Path, nargs="+", required=True)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    purelib = subprocess.run([str(args.gateway_python / "bin" / "python3"), "-c",
-                              "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    sys.path.append(purelib)  # tritonclient, from the gateway's virtualenv
     from ftdomain.ft.memory import ft_memory_plan  # noqa: PLC0415
     from ftdomain.ft.model import ft_model_params  # noqa: PLC0415
 

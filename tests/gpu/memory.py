@@ -10,11 +10,12 @@ that many requests of C - 1 prompt tokens and 1 answer token (FT's peak: the con
 scores grow with the square of the prompt, the cache with the session) are sent at once. The
 card's used memory (cudaMemGetInfo, the whole device) is read before tritonserver starts, once
 it is ready and, sampled, while the batch runs: the plan's figure beside what FT took. Triton's
-statistics show the requests ran as one batch. Then the smallest max_batch_size whose plan passes
+statistics show the requests ran as one batch. The requests go over Triton's HTTP/JSON protocol
+(urllib: no client library on the GPU machine). Then the smallest max_batch_size whose plan passes
 the whole card is served the same way: the plan says it fails.
 
     python3 tests/gpu/memory.py --tritonserver DIR --backends DIR --libs DIR... --repos DIR
-        --device-root DIR --stub-python VENV --gateway-python VENV [--card-mib 40960]
+        --device-root DIR --stub-python VENV [--card-mib 40960]
         [--contexts 2048,512] [--overhead-mib 1024] [--out DIR]
 
 Writes memory-gptj-6b.json under --out and prints each measure as it is made.
@@ -24,10 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
@@ -82,43 +84,53 @@ def served_repo(work: Path, shards: Path, config_text: str, batch: int, name: st
     return repo
 
 
-def send_batch(grpc: str, batch: int, prompt: int, end_id: int) -> dict:
-    """`batch` requests of `prompt` ids and one answer token, all at once; their outcome."""
-    import numpy as np  # noqa: PLC0415
-    import tritonclient.grpc as grpcclient  # noqa: PLC0415
+def infer_json(base: str, ids: list[int], tokens: int, end_id: int, timeout: float = 300) -> dict:
+    """One greedy request to the fastertransformer model over Triton's HTTP/JSON protocol (no
+    client library needed on the GPU machine): its outputs by name."""
+    one = lambda name, value: {"name": name, "shape": [1, 1], "datatype": "UINT32", "data": [value]}  # noqa: E731
+    body = {"inputs": [{"name": "input_ids", "shape": [1, len(ids)], "datatype": "UINT32", "data": ids},
+                       one("input_lengths", len(ids)), one("request_output_len", tokens), one("runtime_top_k", 1),
+                       one("start_id", end_id), one("end_id", end_id)]}  # fmt: skip
+    request = urllib.request.Request(f"{base}/v2/models/fastertransformer/infer", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        return {o["name"]: o["data"] for o in json.loads(answer.read())["outputs"]}
 
-    client = grpcclient.InferenceServerClient(grpc)
+
+def statistics(base: str) -> dict:
+    with urllib.request.urlopen(f"{base}/v2/models/fastertransformer/stats", timeout=10) as answer:
+        stats = json.loads(answer.read())["model_stats"][0]
+    return {"inference_count": int(stats.get("inference_count", 0)),
+            "execution_count": int(stats.get("execution_count", 0))}  # fmt: skip
+
+
+def send_batch(base: str, batch: int, prompt: int, end_id: int) -> dict:
+    """`batch` requests of `prompt` ids and one answer token, all at once; their outcome and
+    Triton's statistics (one execution of `batch` inferences: one batch)."""
     done, lock = [], threading.Lock()
-    finished = threading.Event()
 
-    def callback(result, error) -> None:
+    def one(i: int) -> None:
+        ids = [(7 * i + j) % 300 + 1 for j in range(prompt)]
+        try:
+            outcome = infer_json(base, ids, 1, end_id)["sequence_length"][0]
+        except (OSError, ValueError, KeyError) as err:  # HTTP errors, a server gone: the answer too
+            text = err.read().decode(errors="replace")[:300] if isinstance(err, urllib.error.HTTPError) else str(err)
+            outcome = f"{type(err).__name__}: {text[:300]}"
         with lock:
-            done.append(str(error) if error else int(result.as_numpy("sequence_length").reshape(-1)[0]))
-            if len(done) == batch:
-                finished.set()
+            done.append(outcome)
 
-    tensors = {"input_lengths": np.array([[prompt]], np.uint32), "request_output_len": np.array([[1]], np.uint32),
-               "runtime_top_k": np.array([[1]], np.uint32), "start_id": np.array([[end_id]], np.uint32),
-               "end_id": np.array([[end_id]], np.uint32)}  # fmt: skip
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(batch)]
     began = time.monotonic()
-    for i in range(batch):
-        ids = np.array([[(7 * i + j) % 300 + 1 for j in range(prompt)]], np.uint32)
-        inputs = []
-        for name, value in {"input_ids": ids, **tensors}.items():
-            tensor = grpcclient.InferInput(name, list(value.shape), "UINT32")
-            tensor.set_data_from_numpy(value)
-            inputs.append(tensor)
-        client.async_infer("fastertransformer", inputs, callback, client_timeout=300)
-    finished.wait(320)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(320)
     seconds = round(time.monotonic() - began, 1)
     errors = [d for d in done if isinstance(d, str)]
     try:
-        stats = client.get_inference_statistics("fastertransformer", as_json=True)["model_stats"][0]
-        batching = {"inference_count": int(stats.get("inference_count", 0)),
-                    "execution_count": int(stats.get("execution_count", 0))}  # fmt: skip
-    except Exception as err:  # the server may be gone: that is the answer too
+        batching = statistics(base)
+    except (OSError, ValueError) as err:  # the server may be gone: that is the answer too
         batching = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
-    client.close()
     return {"requests": batch, "answered": len(done) - len(errors), "errors": errors[:3],
             "error_count": len(errors), "seconds": seconds, "statistics": batching}  # fmt: skip
 
@@ -143,7 +155,7 @@ def serve_and_fill(bench: Bench, batch: int, context: int, name: str) -> dict:
     found: dict = {"max_batch_size": batch, "context": context, "prompt": context - 1}
     log = None
     try:
-        with stack.tritonserver(bench.args, repo, bench.work) as (_base, grpc, log):
+        with stack.tritonserver(bench.args, repo, bench.work) as (base, _grpc, log):
             found["ready_mib"] = round(used_mib() - bench.before)
             peak, running = [used_mib()], threading.Event()
             running.set()
@@ -156,7 +168,7 @@ def serve_and_fill(bench: Bench, batch: int, context: int, name: str) -> dict:
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
             try:
-                found["batch"] = send_batch(grpc, batch, context - 1, bench.end_id)
+                found["batch"] = send_batch(base, batch, context - 1, bench.end_id)
             finally:
                 running.clear()
                 sampler.join()
@@ -191,7 +203,7 @@ def fit_case(bench: Bench, context: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for name in ("--tritonserver", "--backends", "--repos", "--device-root", "--stub-python", "--gateway-python"):
+    for name in ("--tritonserver", "--backends", "--repos", "--device-root", "--stub-python"):
         parser.add_argument(name, type=Path, required=True)
     parser.add_argument("--libs", type=Path, nargs="+", required=True)
     parser.add_argument("--card-mib", type=int, default=40960, help="the card to pretend (MiB free for tritonserver)")
@@ -200,10 +212,6 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     contexts = [int(c) for c in args.contexts.split(",")]
-    purelib = subprocess.run([str(args.gateway_python / "bin" / "python3"), "-c",
-                              "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    sys.path.append(purelib)  # tritonclient, from the gateway's virtualenv
     from ftdomain.ft.model import ft_model_params  # noqa: PLC0415
 
     root = Path(str(args.device_root))
