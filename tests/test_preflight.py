@@ -130,6 +130,24 @@ def test_ubuntu_20_04s_reason_matches_the_hosts_python_floor():
     assert f"need {floor} or later" in reasons["Ubuntu 20.04"]
 
 
+def test_the_memory_plan_is_shown_and_max_batch_size_0_takes_what_fits(lab):
+    """GPT-J-6B on one A100-80GB at the gateway's 2,048 tokens: the role's default 128 would not
+    fit (refused: the wiring of fleet_memory_plan, tests/unit/test_memory.py for its figures); 0
+    takes the largest that does, and the plan's line says so."""
+    gptj = {"name": "gpt-j-6b", "family": "gptj", "source": {"url": lab["sources"]["gptj"], "revision": "main"},
+            "weight_dtype": "fp32"}  # fmt: skip
+    rc, out = preflight(lab, "a100x1", fleet_model=gptj)
+    said = " ".join(out.split())
+    assert rc != 0, said
+    assert "fix: triton_model_repo_max_batch_size: 38 fits" in said, said
+    rc, out = preflight(lab, "a100x1", fleet_model=gptj, triton_model_repo_max_batch_size=0)
+    said = " ".join(out.split())
+    assert rc == 0, said
+    assert "GPU memory plan of node1: " in said
+    assert "for max_batch_size 38 x beam 1 at 2,048 tokens" in said
+    assert "(max_batch_size 0: the largest that fits)" in said
+
+
 GPTJ = {"name": "gpt-j-6b", "family": "gptj", "source": {"revision": "main"}, "weight_dtype": "fp32"}
 
 

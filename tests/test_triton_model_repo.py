@@ -195,6 +195,25 @@ def test_invalid_combinations_are_refused(playbook, tmp_path, extra, message):
     assert not (tmp_path / "repos" / "gptj").exists()  # refused before writing anything
 
 
+def test_max_batch_size_0_serves_the_largest_batch_the_memory_plan_fits(playbook, tmp_path):
+    """triton_model_repo_max_batch_size 0: every model's max_batch_size, and the dynamic batcher's
+    queue, are the batch role preflight's memory plan found (preflight_memory_plan); without a plan
+    in the run the role refuses before writing anything."""
+    plan = {"plan": {"max_batch_size": 38}}
+    rc, out = render(playbook, tmp_path / "repos", ["gptj"], triton_model_repo_max_batch_size=0,
+                     triton_model_repo_dynamic_batching=True, preflight_memory_plan=plan)  # fmt: skip
+    assert rc == 0, out[-3000:]
+    for model in ("fastertransformer", "ensemble", "preprocessing", "postprocessing"):
+        assert parse(tmp_path / "repos" / "gptj" / model / "config.pbtxt").max_batch_size == 38, model
+    config = parse(tmp_path / "repos" / "gptj" / "fastertransformer" / "config.pbtxt")
+    assert config.dynamic_batching.default_queue_policy.max_queue_size == 38
+    rc, out = render(playbook, tmp_path / "bare", ["gptj"], triton_model_repo_max_batch_size=0)
+    assert rc != 0
+    said = " ".join(out.split())
+    assert "triton_model_repo_max_batch_size=0 takes the largest batch the GPU memory plan fits" in said
+    assert not (tmp_path / "bare" / "gptj").exists()
+
+
 def test_int8_with_fp32_is_refused(playbook, tmp_path):
     rc, out = render(playbook, tmp_path / "repos", ["gpt"], model=", data_type: fp32", triton_model_repo_int8_mode=1)
     assert rc != 0

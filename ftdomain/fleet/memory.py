@@ -29,7 +29,9 @@ def _mib(value: int) -> str:
 
 def fleet_memory_plan(provided: Any, model: Any, config: Any, gpus: Any) -> dict[str, Any]:
     """The plan of one host: {plan (ft_memory_plan's), fit (ft_memory_fit's), capacity_mib,
-    gpu_mib, summary, problem ('' when it fits)}.
+    gpu_mib, summary, problem ('' when it fits)}. triton_model_repo_max_batch_size 0 asks for the
+    largest batch that fits: the plan is made for it (plan.max_batch_size, which the model
+    repository then serves with).
 
     provided: the host's variables (fleet_* and the roles' prefixed ones; roles' defaults fill the
     rest): fleet_tensor_para_size, fleet_pipeline_para_size, fleet_gpu_devices,
@@ -46,20 +48,25 @@ def fleet_memory_plan(provided: Any, model: Any, config: Any, gpus: Any) -> dict
     context = int(v.get("gateway_context_length") or 0) or model_context_length(
         config, int(v.get("gateway_context_length_fallback") or 2048)
     )
+    asked = int(v.get("triton_model_repo_max_batch_size") or 0)  # 0: the largest that fits
     options = {
         "data_type": model.get("data_type"),
         "int8_mode": v.get("triton_model_repo_int8_mode", 0),
         "tp": v.get("fleet_tensor_para_size", 1),
         "pp": v.get("fleet_pipeline_para_size", 1),
-        "max_batch_size": v.get("triton_model_repo_max_batch_size"),
+        "max_batch_size": asked or 1,
         "beam_width": v.get("preflight_memory_beam_width", 1),
         "context": context,
         "overhead_mib": v.get("preflight_gpu_overhead_mib", 0),
     }
-    plan = ft_memory_plan(family, params, options)
     devices = v.get("fleet_gpu_devices") or []
     assigned = [d for d in gpus.get("devices") or [] if d.get("index") in devices]
     sizes = [int(d["memory_mib"]) for d in assigned if d.get("memory_mib")]
+    fraction = float(v.get("preflight_gpu_memory_fraction", 0.9))
+    if not asked and sizes:  # the largest batch the smallest GPU holds (at least 1, for the plan's figures)
+        options["max_batch_size"] = max(ft_memory_fit(family, params, options, int(min(sizes) * fraction))
+                                        ["max_batch_size"], 1)  # fmt: skip
+    plan = ft_memory_plan(family, params, options)
     parts = ", ".join(f"{_LABELS[k]} {_mib(-(-b // MIB))}" for k, b in plan["bytes"].items())
     where = (
         f"max_batch_size {plan['max_batch_size']} x beam {plan['beam_width']} at {_mib(context)} tokens "
@@ -71,13 +78,18 @@ def fleet_memory_plan(provided: Any, model: Any, config: Any, gpus: Any) -> dict
     result: dict[str, Any] = {"plan": plan, "fit": {}, "capacity_mib": 0, "gpu_mib": 0, "summary": summary,
                               "problem": ""}  # fmt: skip
     if not sizes:
+        if not asked:
+            result["problem"] = ("triton_model_repo_max_batch_size=0 asks for the largest batch the GPU memory plan "
+                                 f"fits, but fleet_gpu_devices={devices} name no GPU whose memory this host reports; "
+                                 "fix: set a max_batch_size")  # fmt: skip
         return result
-    fraction = float(v.get("preflight_gpu_memory_fraction", 0.9))
     gpu_mib = min(sizes)
     capacity = int(gpu_mib * fraction)
     fit = ft_memory_fit(family, params, options, capacity)
     result.update(fit=fit, capacity_mib=capacity, gpu_mib=gpu_mib)
-    result["summary"] = f"{summary}; {int(fraction * 100)}% of the smallest assigned GPU: {_mib(capacity)} MiB"
+    result["summary"] = f"{summary}; {int(fraction * 100)}% of the smallest assigned GPU: {_mib(capacity)} MiB" + (
+        " (max_batch_size 0: the largest that fits)" if not asked else ""
+    )
     if plan["total_mib"] > capacity:
         fixes = []
         if fit["max_batch_size"]:

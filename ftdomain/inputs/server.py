@@ -77,11 +77,11 @@ def build_recipe_problems(v: Mapping[str, Any]) -> list[str]:
 def triton_model_repo_problems(v: Mapping[str, Any], model: Mapping[str, Any]) -> list[str]:
     """Settings of the model repository that Triton or the FT backend cannot serve (used by the
     role triton_model_repo too)."""
-    problems = int_problems(v, 1, ("triton_model_repo_max_batch_size",))
-    problems += int_problems(
+    problems = int_problems(
         v,
         0,
         (
+            "triton_model_repo_max_batch_size",
             "triton_model_repo_max_queue_delay_us",
             "triton_model_repo_max_queue_size",
             "triton_model_repo_queue_timeout_ms",
@@ -93,6 +93,11 @@ def triton_model_repo_problems(v: Mapping[str, Any], model: Mapping[str, Any]) -
         problems.append(
             "triton_model_repo_dynamic_batching and triton_model_repo_sequence_batching are both true: "
             "Triton takes one or the other; fix: set one of them to false"
+        )
+    if batch == 0 and v.get("fleet_require_gpus") is False:
+        problems.append(
+            "triton_model_repo_max_batch_size=0 asks for the largest batch the GPU memory plan fits, and "
+            "fleet_require_gpus is false: there is no GPU to plan; fix: set a max_batch_size"
         )
     if sequence and batch != 1:
         problems.append(

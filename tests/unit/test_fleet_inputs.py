@@ -138,8 +138,8 @@ def test_container_sms_refuses_unknown_versions(bad):
          A100, "triton_model_repo_dynamic_batching and triton_model_repo_sequence_batching are both true"),
         ("sequence batching with a batch", {"triton_model_repo_sequence_batching": True}, A100,
          "triton_model_repo_sequence_batching needs triton_model_repo_max_batch_size 1, not 128"),
-        ("batch size 0", {"triton_model_repo_max_batch_size": 0}, A100,
-         "triton_model_repo_max_batch_size=0: out of range (valid: >= 1)"),
+        ("batch size -1", {"triton_model_repo_max_batch_size": -1}, A100,
+         "triton_model_repo_max_batch_size=-1: out of range (valid: >= 0)"),
         ("gemm batch 0", {"ft_gemm_tune_batch_size": 0}, A100, "ft_gemm_tune_batch_size=0: out of range"),
         ("bind address", {"triton_server_bind_address": "localhost:8000"}, A100,
          "triton_server_bind_address='localhost:8000': not an IP address"),
@@ -285,6 +285,21 @@ def test_a_good_config_has_no_shape_problem():
 
 def test_model_repo_problems_alone():
     assert triton_model_repo_problems({"triton_model_repo_int8_mode": 0}, {"family": "gptj"}) == []
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        ({"fleet_require_gpus": True}, None),  # preflight's memory plan finds the batch
+        ({"fleet_require_gpus": False}, "fleet_require_gpus is false: there is no GPU to plan"),
+        ({"fleet_require_gpus": True, "triton_model_repo_sequence_batching": True},
+         "sequence_batching needs triton_model_repo_max_batch_size 1, not 0"),
+        ({"fleet_require_gpus": True, "triton_model_repo_max_batch_size": -1}, "triton_model_repo_max_batch_size=-1"),
+    ],
+)  # fmt: skip
+def test_max_batch_size_0_needs_gpus_to_plan(values, words):
+    problems = triton_model_repo_problems({"triton_model_repo_max_batch_size": 0, **values}, {"family": "gptj"})
+    assert [p for p in problems if words in p] if words else problems == [], problems
 
 
 @pytest.mark.parametrize(

@@ -134,6 +134,20 @@ def test_the_llama_guides_two_rtx_3090s_are_refused_with_what_would_fit():
     assert fixed["plan"]["total_mib"] <= fixed["capacity_mib"]
 
 
+def test_max_batch_size_0_plans_the_largest_batch_that_fits():
+    model = {"name": "llama-7b", "family": "llama", "data_type": "fp16"}
+    provided = {"fleet_tensor_para_size": 2, "fleet_gpu_devices": [0, 1], "triton_model_repo_max_batch_size": 0,
+                "preflight_gpu_overhead_mib": 1024}  # fmt: skip
+    found = fleet_memory_plan(provided, model, SEEDS["llama-7b"][1], LLAMA_GUIDE_GPUS)
+    assert found["problem"] == ""
+    assert found["plan"]["max_batch_size"] == found["fit"]["max_batch_size"] == 13
+    assert found["plan"]["total_mib"] <= found["capacity_mib"]
+    assert found["summary"].endswith("(max_batch_size 0: the largest that fits)")
+    # nothing to plan against: said, not guessed
+    bare = fleet_memory_plan(provided, model, SEEDS["llama-7b"][1], {"devices": []})
+    assert bare["problem"].startswith("triton_model_repo_max_batch_size=0 asks for the largest batch")
+
+
 def test_a_hosts_plan_takes_the_gateways_context_and_the_roles_defaults():
     model = {"name": "gpt2", "family": "gpt", "data_type": "fp16"}
     provided = {"fleet_gpu_devices": [0]}
