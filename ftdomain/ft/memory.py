@@ -33,7 +33,7 @@ from typing import Any
 
 from ftdomain.errors import AnsibleFilterError
 from ftdomain.ft.families import DTYPE_BYTES, Family, get_family
-from ftdomain.ft.sizes import positive_int, require_params, split_tp
+from ftdomain.ft.sizes import positive_int, require_params, split_tp, whole_number
 from ftdomain.ft.tensors import dims, numel, shard_shape, weight_files
 
 MIB = 1 << 20
@@ -41,18 +41,6 @@ MIB = 1 << 20
 BATCH_LIMIT = 1024
 _FP32 = 4  # logits, log probabilities and the fp32 attention scores
 _INT = 4  # ids, lengths, parents, cache indirection
-
-
-def _whole(value: Any, what: str, filter_name: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise AnsibleFilterError(f"{filter_name}: {what} must be a whole number >= {minimum}, got {value!r}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise AnsibleFilterError(f"{filter_name}: {what} must be a whole number >= {minimum}, got {value!r}") from None
-    if number < minimum:
-        raise AnsibleFilterError(f"{filter_name}: {what} must be a whole number >= {minimum}, got {value!r}")
-    return number
 
 
 def _weights(fam: Family, params: Mapping[str, Any], tp: int, pp: int, dtype_bytes: int, int8_mode: int) -> int:
@@ -136,7 +124,7 @@ def _settings(
         raise AnsibleFilterError(
             f"{filter_name}: data_type {data_type!r} is not one FT serves (valid: {', '.join(DTYPE_BYTES)})"
         )
-    int8_mode = _whole(options.get("int8_mode", 0), "int8_mode", filter_name)
+    int8_mode = whole_number(options.get("int8_mode", 0), "int8_mode", filter_name)
     if int8_mode not in (0, 1, 2):
         raise AnsibleFilterError(f"{filter_name}: int8_mode must be 0, 1 or 2, got {int8_mode!r}")
     pp = positive_int(options.get("pp", 1), "pipeline_para_size", filter_name)
@@ -144,7 +132,7 @@ def _settings(
         raise AnsibleFilterError(
             f"{filter_name}: pipeline_para_size {pp} does not divide num_layer {sizes['num_layer']}"
         )
-    context = _whole(options.get("context"), "context (the longest prompt + answer)", filter_name, 2)
+    context = whole_number(options.get("context"), "context (the longest prompt + answer)", filter_name, 2)
     return (
         fam,
         sizes,
@@ -158,7 +146,7 @@ def _settings(
             "batch": positive_int(options.get("max_batch_size"), "max_batch_size", filter_name),
             "beam": positive_int(options.get("beam_width", 1), "beam_width", filter_name),
             "context": context,
-            "overhead": _whole(options.get("overhead_mib", 0), "overhead_mib", filter_name) * MIB,
+            "overhead": whole_number(options.get("overhead_mib", 0), "overhead_mib", filter_name) * MIB,
         },
     )
 

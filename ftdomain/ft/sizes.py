@@ -9,17 +9,24 @@ from typing import Any
 from ftdomain.errors import AnsibleFilterError
 
 
-def positive_int(value: Any, what: str, filter_name: str) -> int:
-    """`value` as a positive int (ints and integer strings), or an error naming it."""
+def whole_number(value: Any, what: str, filter_name: str, minimum: int = 0, said: str = "") -> int:
+    """`value` as an int of at least `minimum` (ints and integer strings), or an error naming it
+    and what it must be (`said`, else "a whole number >= minimum")."""
+    wanted = said or f"a whole number >= {minimum}"
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise AnsibleFilterError(f"{filter_name}: {what} must be a positive integer, got {value!r}")
+        raise AnsibleFilterError(f"{filter_name}: {what} must be {wanted}, got {value!r}")
     try:
         number = int(value)
     except ValueError:
-        raise AnsibleFilterError(f"{filter_name}: {what} must be a positive integer, got {value!r}") from None
-    if number <= 0:
-        raise AnsibleFilterError(f"{filter_name}: {what} must be a positive integer, got {value!r}")
+        raise AnsibleFilterError(f"{filter_name}: {what} must be {wanted}, got {value!r}") from None
+    if number < minimum:
+        raise AnsibleFilterError(f"{filter_name}: {what} must be {wanted}, got {value!r}")
     return number
+
+
+def positive_int(value: Any, what: str, filter_name: str) -> int:
+    """`value` as a positive int (ints and integer strings), or an error naming it."""
+    return whole_number(value, what, filter_name, 1, "a positive integer")
 
 
 def divisors(n: int) -> list[int]:

@@ -14,7 +14,6 @@ Writes int8-gpt2-medium.json under --out.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import threading
@@ -81,12 +80,7 @@ def serve(args, repo_dir: Path, work: Path, mode: int, *, end_id: int, before: f
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for name in ("--tritonserver", "--backends", "--repos", "--device-root", "--stub-python"):
-        parser.add_argument(name, type=Path, required=True)
-    parser.add_argument("--libs", type=Path, nargs="+", required=True)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    args = memory.server_arguments(__doc__).parse_args()
     from ftdomain.ft.memory import ft_memory_plan  # noqa: PLC0415
     from ftdomain.ft.model import ft_model_params  # noqa: PLC0415
 

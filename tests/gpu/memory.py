@@ -201,15 +201,21 @@ def fit_case(bench: Bench, context: int) -> dict:
     return found
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def server_arguments(description: str) -> argparse.ArgumentParser:
+    """The arguments every script serving the perf set alone takes (ft-gpu-check passes them)."""
+    parser = argparse.ArgumentParser(description=description.split("\n\n", maxsplit=1)[0])
     for name in ("--tritonserver", "--backends", "--repos", "--device-root", "--stub-python"):
         parser.add_argument(name, type=Path, required=True)
     parser.add_argument("--libs", type=Path, nargs="+", required=True)
+    parser.add_argument("--out", type=Path, default=None)
+    return parser
+
+
+def main() -> int:
+    parser = server_arguments(__doc__)
     parser.add_argument("--card-mib", type=int, default=40960, help="the card to pretend (MiB free for tritonserver)")
     parser.add_argument("--contexts", default="2048,512", help="the longest prompt + answer, comma-separated")
     parser.add_argument("--overhead-mib", type=int, default=1024, help="preflight_gpu_overhead_mib")
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     contexts = [int(c) for c in args.contexts.split(",")]
     from ftdomain.ft.model import ft_model_params  # noqa: PLC0415
