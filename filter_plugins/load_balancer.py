@@ -24,6 +24,9 @@ description:
     certificate that names neither load_balancer_vip nor load_balancer_vip_name, a frontend port that
     is also the metrics or the peers port).
   - tls_certificate_facts reads a PEM certificate: subject, names, notAfter, days left.
+  - load_balancer_server_state reads one server's admin and operational state and weights from
+    the lines of HAProxy's `show servers state`, and whether it is ready at a percent of its
+    configured weight (what role lb_ready compares, not the stats row's live session counts).
   - load_balancer_key_map takes the backends, hostvars and the number of load balancers, and
     returns the lines of HAProxy's map of API keys, by their SHA-256 only. Per-key limits,
     "<backend>:<SHA-256> <rate>:<most>:<tokens>": for each model, every key its hosts take
@@ -78,6 +81,7 @@ from ftdomain.fleet.load_balancer import (
     load_balancer_frontends,
     load_balancer_key_map,
     load_balancer_problems,
+    load_balancer_server_state,
     tls_certificate_facts,
 )
 
@@ -90,4 +94,5 @@ class FilterModule:
             "load_balancer_problems": load_balancer_problems,
             "tls_certificate_facts": tls_certificate_facts,
             "load_balancer_key_map": load_balancer_key_map,
+            "load_balancer_server_state": load_balancer_server_state,
         }

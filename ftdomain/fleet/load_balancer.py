@@ -12,6 +12,7 @@ from typing import Any
 from ftdomain.errors import AnsibleFilterError
 from ftdomain.fleet.gateway import key_expiry
 from ftdomain.fleet.keepalived import vip_list
+from ftdomain.ft.sizes import whole_number
 
 
 def _port(value: Any, what: str) -> int:
@@ -266,6 +267,28 @@ def _models_answer(models: set[str]) -> str:
     """GET /v1/models in OpenAI's shape, without spaces (a map value)."""
     data = [{"id": m, "object": "model", "created": 0, "owned_by": "ftfleet"} for m in sorted(models)]
     return json.dumps({"object": "list", "data": data}, separators=(",", ":"))
+
+
+def load_balancer_server_state(lines: Any, backend: Any, server: Any, weight_percent: Any = 100) -> dict[str, Any]:
+    """One server's runtime state from HAProxy's `show servers state <backend>` (its lines): the
+    admin state (0: ready; maint and drain are flags), the operational state (2: up), the current
+    and configured weights, and whether it is ready at weight_percent of its configured weight (as
+    `set weight N%` makes it: configured * N / 100). What a task that sets this state compares
+    before and after, instead of the whole stats row, whose session counts move under load."""
+    if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+        raise AnsibleFilterError("load_balancer_server_state: expected the lines of `show servers state`")
+    rows = [line.split() for line in lines if line.strip() and not line.startswith("#")]
+    found = [row for row in rows if len(row) > 8 and row[1] == backend and row[3] == server]
+    if len(found) != 1:
+        raise AnsibleFilterError(
+            f"load_balancer_server_state: {len(found)} servers named {server!r} in backend {backend!r} "
+            "(expected one; the serve stage's load balancer play writes them from the inventory)"
+        )
+    row = found[0]
+    admin, operational, current, configured = (int(row[i]) for i in (6, 5, 7, 8))
+    percent = whole_number(weight_percent, "weight_percent", "load_balancer_server_state")
+    return {"admin_state": admin, "operational_state": operational, "weight": current, "configured_weight": configured,
+            "ready": admin == 0 and current == configured * percent // 100}  # fmt: skip
 
 
 def load_balancer_key_map(backends: Any, hostvars: Any, lb_count: Any = 1) -> list[str]:
