@@ -11,6 +11,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import chat, internal
 from .config import Key, Settings
@@ -50,6 +51,15 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, err: RequestValidationError):
         return await api_error(_request, validation_error(err))
+
+    # FastAPI's and Starlette's own refusals (a body that is not UTF-8 or nests too deep to parse,
+    # an unknown route or method) in OpenAI's shape too, not as {"detail": ...}.
+    @app.exception_handler(StarletteHTTPException)
+    async def refused(_request: Request, err: StarletteHTTPException):
+        parsing = err.status_code == 400 and "parsing the body" in str(err.detail)
+        message = "the body is not valid JSON (not UTF-8, or nested too deep)" if parsing else str(err.detail)
+        kind = "invalid_request_error" if err.status_code < 500 else "server_error"
+        return await api_error(_request, ApiError(err.status_code, message, kind=kind, headers=dict(err.headers or {})))
 
     def caller(key: Optional[Key]) -> str:
         return key.name if key is not None else ""

@@ -581,6 +581,8 @@ def test_keys_are_required_and_rate_limited(front):
     ("body", "status", "param", "words"),
     [
         ("{not json", 400, None, "not valid JSON"),
+        (b'{"model": "tiny", "prompt": "\xff\xfe"}', 400, None, "not valid JSON (not UTF-8, or nested too deep)"),
+        ("[" * 2000 + "]" * 2000, 400, None, "not valid JSON (not UTF-8, or nested too deep)"),
         ({"model": "gpt-4", "prompt": "x"}, 404, "model", "does not exist here"),
         ({"model": MODEL, "prompt": "word " * 200}, 400, "prompt", "context of 128"),
         ({"model": MODEL, "prompt": "x", "max_tokens": 65}, 400, "max_tokens", "limit of 64"),
@@ -635,7 +637,7 @@ def test_keys_are_required_and_rate_limited(front):
     ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None,
 )
 def test_bad_requests_get_an_openai_error_and_the_service_keeps_serving(front, body, status, param, words):
-    if isinstance(body, str):
+    if isinstance(body, (str, bytes)):
         answer = httpx.post(front.url + "/v1/completions", content=body, timeout=30,
                             headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})  # fmt: skip
     else:
