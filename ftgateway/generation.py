@@ -97,13 +97,17 @@ def bad_words(words: str | list[str] | None) -> tuple[str, ...]:
     return tuple(checked_words(words, "bad_words", BAD_WORDS_MOST))
 
 
-def banned_ids(logit_bias: dict[str, float] | None) -> tuple[int, ...]:
+def banned_ids(logit_bias: dict[str, float] | None, vocabulary: int | None = None) -> tuple[int, ...]:
     """OpenAI's logit_bias as far as FT can apply it: -100 (the token never comes) becomes a bad
-    word of that one token; 0 changes nothing; FT has no other bias, so any other value is refused."""
+    word of that one token; 0 changes nothing; FT has no other bias, so any other value is refused.
+    A token id past the model's vocabulary (when known) is refused: FT would index past its logits."""
     banned = []
     for key, bias in (logit_bias or {}).items():
         if not key.isdigit():
             raise ApiError(400, f"logit_bias: {key!r} is not a token id", param="logit_bias")
+        if vocabulary is not None and int(key) >= vocabulary:
+            raise ApiError(400, f"logit_bias: token id {key} is past the model's vocabulary of {vocabulary} "
+                           f"(ids 0 to {vocabulary - 1})", param="logit_bias")  # fmt: skip
         if not -100 <= bias <= 100:
             raise ApiError(400, f"logit_bias: {bias} for token {key} is outside -100..100", param="logit_bias")
         if bias == -100:

@@ -35,7 +35,7 @@ from .protocol import (
 )
 from .sampling import SamplingError, sampling
 from .tokenizing import Tokenizing
-from .tokens import files_fingerprint, special_ids
+from .tokens import files_fingerprint, special_ids, vocabulary_size
 
 log = logging.getLogger("uvicorn.error")  # uvicorn's own log: the unit's journal
 
@@ -52,6 +52,8 @@ class Gateway:
         self.admission = Admission(settings.max_in_flight, settings.admission_wait_ms / 1000, settings.admission_queue,
                                    refused=lambda reason: self.metrics.refused.labels(reason=reason).inc())  # fmt: skip
         hidden = special_ids(settings.checkpoint_dir) if settings.checkpoint_dir else frozenset()
+        # The token ids a request may name (logit_bias) are below it; None: not known, not checked.
+        self.vocabulary = vocabulary_size(settings.checkpoint_dir) if settings.checkpoint_dir else None
         try:
             self.continuing = Continuing(settings)
         except OSError as err:
@@ -79,6 +81,7 @@ class Gateway:
         if now != self._checkpoint_files:
             self._checkpoint_files = now
             self.generation.hide(special_ids(self.settings.checkpoint_dir))
+            self.vocabulary = vocabulary_size(self.settings.checkpoint_dir)
             self.backend.invalidate()
             log.info("the checkpoint's tokenizer files changed: special tokens read again, tokenizer to verify again")
 
@@ -129,10 +132,11 @@ class Gateway:
         if not prompt:
             raise ApiError(400, "the prompt is empty", param="prompt")
         length_penalty = getattr(body, "length_penalty", None)  # None: the guides' 1.0
+        banned = banned_ids(body.logit_bias, self.vocabulary)
         return Job(prompt=prompt, max_tokens=body.max_tokens, params=params, stops=stop_list(body.stop),
                    echo=getattr(body, "echo", False), logprobs=getattr(body, "logprobs", None), n=n,
                    best_of=best_of or n, length_penalty=1.0 if length_penalty is None else float(length_penalty),
-                   bad_words=bad_words(body.bad_words), banned_ids=banned_ids(body.logit_bias))  # fmt: skip
+                   bad_words=bad_words(body.bad_words), banned_ids=banned)  # fmt: skip
 
     def chat_prompt(self, body: chat.ChatRequest) -> GenerateRequest:
         """A chat request as the completion it is: the conversation rendered with the model's chat

@@ -48,6 +48,17 @@ def files_fingerprint(directory: str | Path) -> tuple:
     return tuple(found)
 
 
+def vocabulary_size(directory: str | Path) -> int | None:
+    """The model's vocabulary (config.json's vocab_size): the token ids a request may name are
+    below it. None where config.json does not say."""
+    try:
+        config = json.loads((Path(directory) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    size = config.get("vocab_size") if isinstance(config, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
 def special_ids(directory: str | Path) -> frozenset[int]:
     """The ids whose text no answer carries (as vLLM's and TGI's skip_special_tokens): the special
     tokens the tokenizer declares (tokenizer.json's added tokens, tokenizer_config.json's

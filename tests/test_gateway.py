@@ -629,6 +629,12 @@ def test_keys_are_required_and_rate_limited(front):
         ({"model": MODEL, "prompt": "x", "bad_words": ["w"] * 65}, 400, "bad_words", "at most 64"),
         ({"model": MODEL, "prompt": "x", "logit_bias": {"50": 5}}, 400, "logit_bias", "can only ban"),
         ({"model": MODEL, "prompt": "x", "logit_bias": {"a": -100}}, 400, "logit_bias", "not a token id"),
+        (
+            {"model": MODEL, "prompt": "x", "logit_bias": {"99999999": -100}},
+            400,
+            "logit_bias",
+            "token id 99999999 is past the model's vocabulary of",
+        ),
         ({"model": MODEL, "prompt": "x", "logit_bias": {"5": -101}}, 400, "logit_bias", "outside -100..100"),
         ({"model": MODEL, "prompt": "x", "temperature": 0.5, "top_k": 0, "top_p": 0}, 400, "top_p", "greedy"),
         ({"model": MODEL, "prompt": "x", "frobnicate": True}, 400, "frobnicate", "unknown parameter"),
