@@ -87,11 +87,7 @@ def main() -> int:
     root = Path(str(args.device_root))
     work = root / "int8-work"
     work.mkdir(parents=True, exist_ok=True)
-    ckpt = root / "ckpt" / "gpt"
-    model, _weight_bytes, made_s = perf.checkpoint_made(SHAPE, ckpt)
-    del model
-    torch.cuda.empty_cache()
-    repo_dir, convert = perf.converted_repo(args, SHAPE, made_s is None)
+    ckpt, repo_dir, convert = memory.shards_of(args, SHAPE)
     params = ft_model_params(json.loads((ckpt / "config.json").read_text()), "gpt")
     end_id = perf.lab_vocab()[1]
     before = memory.used_mib()

@@ -201,6 +201,17 @@ def fit_case(bench: Bench, context: int) -> dict:
     return found
 
 
+def shards_of(args, shape: str) -> tuple[Path, Path, dict]:
+    """The shape's checkpoint (perf.py's, made once on this machine) and its repository of the perf
+    set with converted shards, the GPU left empty: (checkpoint, repository, conversion record)."""
+    ckpt = Path(str(args.device_root)) / "ckpt" / perf.SHAPES[shape][0]
+    model, _weight_bytes, made_s = perf.checkpoint_made(shape, ckpt)
+    del model
+    torch.cuda.empty_cache()
+    repo, convert = perf.converted_repo(args, shape, made_s is None)
+    return ckpt, repo, convert
+
+
 def server_arguments(description: str) -> argparse.ArgumentParser:
     """The arguments every script serving the perf set alone takes (ft-gpu-check passes them)."""
     parser = argparse.ArgumentParser(description=description.split("\n\n", maxsplit=1)[0])
@@ -223,11 +234,7 @@ def main() -> int:
     root = Path(str(args.device_root))
     work = root / "memory-work"
     work.mkdir(parents=True, exist_ok=True)
-    ckpt = root / "ckpt" / "gptj"
-    model, _weight_bytes, made_s = perf.checkpoint_made(SHAPE, ckpt)
-    del model
-    torch.cuda.empty_cache()
-    repo, convert = perf.converted_repo(args, SHAPE, made_s is None)
+    ckpt, repo, convert = shards_of(args, SHAPE)
     free, total = torch.cuda.mem_get_info()
     result = {"shape": SHAPE, "card": torch.cuda.get_device_name(0), "card_mib": round(total / MIB),
               "pretended_mib": args.card_mib, "fraction": FRACTION, "overhead_mib": args.overhead_mib,
