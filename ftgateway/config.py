@@ -33,7 +33,7 @@ class Settings:
     request_timeout_s: float = 300.0  # per call to tritonserver
     # Whether tritonserver marks a decoupled answer's last response (Triton 23.06 and later); the
     # role sets it from fleet_triton_container_version. False: the gateway reads the end from the
-    # answer itself (triton.py, _ended).
+    # answer itself (triton.py, _answers).
     triton_final_response: bool = True
     # /v1/chat/completions: the model's chat template (Jinja, as transformers renders it; empty:
     # no chat) and the special tokens it may name.

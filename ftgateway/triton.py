@@ -85,7 +85,7 @@ class Triton:
     def __init__(self, url: str, timeout_s: float, final_response: bool = True) -> None:
         self.url, self.timeout = url, timeout_s
         # Whether tritonserver marks a decoupled answer's last response (triton_final_response,
-        # from Triton 23.06 on). Without it the answer's end is read from the answer (_ended).
+        # from Triton 23.06 on). Without it the answer's end is read from the answer (_answers).
         self.final_response = final_response
         self._client: grpcclient.InferenceServerClient | None = None
         # Read from tritonserver once and kept until a call fails or the health check finds it
@@ -239,8 +239,11 @@ class Triton:
 
     async def _answers(self, inputs: list[grpcclient.InferInput], longest: int) -> AsyncIterator:
         """The fastertransformer model's answers that carry tokens: one, or with a decoupled model
-        one per step until Triton's final response; where Triton does not mark it (before 23.06),
-        until the answer has ended (_ended: `longest` tokens, prompt included, or no new token)."""
+        one per step until Triton's final response. Where Triton does not mark it (before 23.06),
+        until the answer has ended: FT answers once a step for the whole batch, and a sequence
+        grows by a token each step until it ends (its length, its end id or a stop word), FT's last
+        response repeating the last step; so it is over once the longest sequence (the beams')
+        reaches `longest` tokens, prompt included, or a response brings no new token."""
         try:
             decoupled = await self.decoupled()
         except InferenceServerException:
@@ -262,13 +265,14 @@ class Triton:
                     if error is not None:
                         raise error
                     final = result.get_response().parameters.get("triton_final_response")
-                    if not self.final_response and _ended(result, before, longest):
-                        if before is None or result.as_numpy("sequence_length").max() > before:
-                            yield result
-                        return
                     if result.as_numpy("output_ids") is not None:
+                        length = int(result.as_numpy("sequence_length").max())
+                        if not self.final_response and before is not None and length <= before:
+                            return  # no new token: the sequence has ended
                         yield result
-                        before = int(result.as_numpy("sequence_length").max())
+                        before = length
+                        if not self.final_response and length >= longest:
+                            return
                     if final is not None and final.bool_param:
                         return
             except grpc.RpcError as err:
@@ -297,17 +301,6 @@ class Triton:
         """The sequence so far, once per step the model answers (once in all unless decoupled)."""
         async for result in self._answers(self._ft_inputs(tokens, max_tokens, params), tokens.count + max_tokens):
             yield _step(result)
-
-
-def _ended(result, before: int | None, longest: int) -> bool:
-    """Whether a decoupled answer is over without Triton's final-response flag: FT answers once a
-    step for the whole batch, and a sequence grows by a token each step until it ends (its length,
-    its end id or a stop word); FT's last response repeats the last step. So it has ended once the
-    longest sequence (the beams') reaches `longest` or a response brings no new token."""
-    if result.as_numpy("output_ids") is None:
-        return False
-    length = int(result.as_numpy("sequence_length").max())
-    return length >= longest or (before is not None and length <= before)
 
 
 def _beams(result) -> list[Step]:

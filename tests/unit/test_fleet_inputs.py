@@ -315,7 +315,7 @@ def test_max_batch_size_0_needs_gpus_to_plan(values, words):
 )
 def test_a_decoupled_model_behind_the_gateway_is_served_on_every_release(version, marks):
     """Before 23.06 Triton does not mark a decoupled answer's last response; the gateway reads the
-    end from the answer (ftgateway/triton.py, _ended), so preflight refuses no release for it."""
+    end from the answer (ftgateway/triton.py, _answers), so preflight refuses no release for it."""
     values = {**GOOD, "fleet_gateway": True, "triton_model_repo_decoupled": True}
     if version[:2].isdigit():
         values["fleet_ft_container_version"] = values["fleet_triton_container_version"] = version.removesuffix("-py3")
