@@ -18,7 +18,12 @@ ahead of them. A full queue makes room for a key that holds and waits for less t
 the most: that key's newest waiter is refused (429, over its share). And a key that already holds
 its share of the slots (their number over the keys holding or waiting) is refused at once with 429
 while every slot is taken, rather than queued: what it asks past its share it gets from what the
-others leave."""
+others leave.
+
+With rounds (rounds.py) a running generation gives its slot up at a slice boundary when a request
+of a key holding at least two fewer slots waits (should_lend): it waits for one again in the same
+fair order (retake: never refused, it has begun), so a key that floods gives way within a round and
+takes back what the others leave. A waiting request's expected wait is then at most a round."""
 
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ class _Waiter:
     count: int
     since: float
     started: float = 0.0  # when its slots were given to it
+    resumed: bool = False  # a generation that lent its slot (retake): never pushed out
     ready: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def granted(self) -> bool:
@@ -70,6 +76,9 @@ class Admission:
         self.taken = 0
         # Seconds a generation has held its slot lately (a moving average; 0 until one has ended).
         self.hold_s = 0.0
+        # Seconds a round of slices takes lately (rounds.py sets it; 0: rounds off): with rounds a
+        # lighter key's request waits at most that long for a heavier key to lend it a slot.
+        self.round_s = 0.0
         self.started: list[float] = []  # when each taken slot was taken (monotonic seconds)
         self.held: collections.Counter[str] = collections.Counter()
         self.waiting: dict[str, collections.deque[_Waiter]] = collections.defaultdict(collections.deque)
@@ -160,9 +169,44 @@ class Admission:
         needed = ahead + count - (self.slots - self.taken)  # slots that must free before its last one
         if needed <= 0:
             return 0.0
+        if self.round_s and self.lendable(key) >= needed:
+            return self.round_s
         ends = sorted(max(now, started + self.hold_s) for started in self.started)
         rounds, index = divmod(needed - 1, len(ends))
         return ends[index] + rounds * self.hold_s - now
+
+    def lendable(self, key: str) -> int:
+        """The slots the other keys would lend to a waiting request of `key` at their next slice
+        boundaries: each holds at least two more than `key`, and lends until one more is left."""
+        mine = self.held[key]
+        return sum(held - mine - 1 for k, held in self.held.items() if k != key and held >= mine + 2)
+
+    def should_lend(self, key: str) -> bool:
+        """At a slice boundary: whether a generation of `key` should give its slot to a waiting
+        request of a key that holds at least two fewer (which the fair order serves first; two, so
+        that the two keys do not hand it back and forth)."""
+        if not self.slots or not self.waiters:
+            return False
+        mine = self.held[key]
+        return any(self.held[k] + 2 <= mine for k, queue in self.waiting.items() if k != key and queue)
+
+    async def retake(self, key: str) -> float:
+        """One slot for a generation of `key` that lent its own: waits in the fair order without a
+        bound and is never refused (it has begun); returns when it was taken."""
+        if not self.slots:
+            return 0.0
+        waiter = _Waiter(key, 1, time.monotonic(), resumed=True)
+        self.waiting[key].append(waiter)
+        self._wake()
+        try:
+            await asyncio.shield(waiter.ready)
+        except asyncio.CancelledError:
+            if waiter.granted():
+                self.give_back(key, 1)
+            else:
+                self._forget(waiter)
+            raise
+        return waiter.started
 
     def give_back(self, key: str, count: int = 1, since: float | None = None) -> None:
         """`count` slots of `key` back, taken at `since`: a generation's end (Held.release), which
@@ -225,10 +269,15 @@ class Admission:
         def weight(k: str) -> int:
             return self.held[k] + sum(w.count for w in self.waiting.get(k, ()))
 
-        heaviest = max((k for k, q in self.waiting.items() if q), key=weight, default=None)
+        def pushable(k: str) -> bool:
+            return any(not w.resumed for w in self.waiting[k])
+
+        heaviest = max((k for k, q in self.waiting.items() if pushable(k)), key=weight, default=None)
         if heaviest is None or heaviest == key or weight(heaviest) <= weight(key):
             return False
-        pushed = self.waiting[heaviest].pop()
+        queue = self.waiting[heaviest]
+        pushed = next(w for w in reversed(queue) if not w.resumed)
+        queue.remove(pushed)
         self._tidy(heaviest)
         self.refused(OVER_SHARE)
         pushed.ready.set_exception(refusal(OVER_SHARE, "this key's request waited while others asked within their "
@@ -243,6 +292,19 @@ class Held:
 
     def __init__(self, admission: Admission, key: str, count: int, since: float) -> None:
         self.admission, self.key, self.count, self.since, self.released = admission, key, count, since, False
+
+    def should_lend(self) -> bool:
+        return not self.released and self.count > 0 and self.admission.should_lend(self.key)
+
+    async def lend(self) -> None:
+        """One of its slots to a lighter key now, and back once the fair order gives one again."""
+        self.admission.give_back(self.key, 1)
+        self.count -= 1
+        await self.admission.retake(self.key)
+        if self.released:  # the request ended while this generation waited: nothing holds it now
+            self.admission.give_back(self.key, 1)
+            return
+        self.count += 1
 
     def release(self) -> None:
         if not self.released:

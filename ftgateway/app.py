@@ -18,6 +18,7 @@ from .config import Key, Settings
 from .errors import BUSY_STATUS_HEADER, REFUSED_HEADER, ApiError
 from .middleware import BodyLimitAndCounts, Metrics
 from .protocol import CompletionRequest, GenerateRequest, usage, validation_error
+from .rounds import Abandoned
 from .serving import Gateway
 from .tokenizing import Tokenizing
 from .triton import Triton
@@ -48,6 +49,10 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
         gw.metrics.errors.labels(str(err.status), err.kind).inc()
         return err.response()
 
+    @app.exception_handler(Abandoned)
+    async def abandoned(request: Request, err: Abandoned):
+        return gw.abandoned(request.url.path, err.generations)
+
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, err: RequestValidationError):
         return await api_error(_request, validation_error(err))
@@ -65,31 +70,27 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
         return key.name if key is not None else ""
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, asker: Caller):
-        return await gw.completion(body, caller(asker))
+    async def completions(body: CompletionRequest, asker: Caller, request: Request):
+        return await gw.completion(body, caller(asker), request.is_disconnected)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: chat.ChatRequest, asker: Caller):
+    async def chat_completions(body: chat.ChatRequest, asker: Caller, request: Request):
         arrived = time.monotonic()
         generate = gw.chat_prompt(body)
         job = gw.job(generate)
         held = await gw.admission.hold(caller(asker))
         if body.stream:
             return await gw.streamed(body, [job], held, arrived)
-        try:
-            result = await gw.generation.result(job)
-        finally:
-            held.release()
+        result = await gw.answered(job, held, request.is_disconnected)
         answer = chat.answer(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), settings.model, result.text,
                              finish=result.finish_reason, usage=usage(result),
                              fingerprint=gw.fingerprint())  # fmt: skip
         return gw.whole(answer, arrived)
 
     @app.post("/generate")
-    async def generate(body: GenerateRequest, asker: Caller):
+    async def generate(body: GenerateRequest, asker: Caller, request: Request):
         job = gw.job(body)
-        async with gw.admission.slot(caller(asker)):
-            result = await gw.generation.result(job)
+        result = await gw.answered(job, await gw.admission.hold(caller(asker)), request.is_disconnected)
         return {"model": settings.model, "prompt": body.prompt, "text": result.text,
                 "finish_reason": result.finish_reason, "usage": usage(result)}  # fmt: skip
 

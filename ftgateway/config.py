@@ -61,6 +61,10 @@ class Settings:
     max_in_flight: int = 0
     admission_wait_ms: int = 1000
     admission_queue: int = 0
+    # Rounds (rounds.py): at most this many new tokens per request to tritonserver, each
+    # generation carried on from its tokens so far, the slices of a round sent together (0: each
+    # generation whole, as FT runs it).
+    slice_tokens: int = 32
     # The fleet's objectives: an answer that met both counts in ftgateway_good_total (goodput).
     slo_ttft_ms: int = 1000
     slo_itl_ms: int = 100
@@ -78,7 +82,7 @@ class Settings:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"setting {name!r} must be a positive integer, got {value!r}")
         for name in ("continuations", "max_in_flight", "admission_wait_ms", "admission_queue", "slo_ttft_ms",
-                     "slo_itl_ms"):  # fmt: skip
+                     "slo_itl_ms", "slice_tokens"):  # fmt: skip
             value = raw.get(name, known[name].default)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"setting {name!r} must be a whole number >= 0, got {value!r}")

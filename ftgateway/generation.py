@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from .continuing import Clock, Continuation, Continuing, broken
 from .errors import ApiError, PeerFailed, failure_cause, upstream, upstream_down
+from .rounds import Clients, Rounds, Seat
 from .sampling import Sampling
 from .tokenizing import Tokenizing
 from .tokens import sequences_of, word_list_of
@@ -202,23 +203,30 @@ class Moving:
 class Generation:
     def __init__(self, backend: Tokenizing, context_length: int, tokens_counter: Counter,
                  hidden: frozenset[int] = frozenset(), *, continuing: Continuing | None = None,
-                 moved: Moved | None = None) -> None:  # fmt: skip
+                 moved: Moved | None = None, rounds: Rounds | None = None,
+                 end_id: int | None = None) -> None:  # fmt: skip
         self.backend, self.context_length, self.tokens_counter = backend, context_length, tokens_counter
         # The special tokens' ids (tokens.special_ids): the model may generate them (its end of
         # text, with which FT stops), but their text is no part of an answer.
         self.hide(hidden)
         # Where a generation goes on when the local tritonserver fails during it (continuing.py).
         self.continuing, self.moved = continuing, moved
+        # The model's rounds of slices (rounds.py; off: each generation whole), and FT's end id,
+        # after which a slice that ends at its length is not carried on (tokens.end_id).
+        self.rounds, self.end_id = rounds or Rounds(0), end_id
 
     def hide(self, ids: frozenset[int]) -> None:
         """The ids whose text no answer carries (tokens.special_ids)."""
         self.hidden = np.array(sorted(ids), dtype=np.uint32)
 
-    async def run(self, job: Job, *, whole: bool = False) -> AsyncIterator[tuple[str, Result | None, Count]]:
+    async def run(self, job: Job, *, whole: bool = False,
+                  seat: Seat | None = None) -> AsyncIterator[tuple[str, Result | None, Count]]:  # fmt: skip
         """Text deltas as the model produces them, each with the tokens counted so far (the
         prompt's, the completion's: vLLM's continuous usage); the last item carries the Result.
         For a whole answer without stop sequences (`whole`) only the last step is decoded: one
-        postprocessing call instead of one per step of a decoupled model."""
+        postprocessing call instead of one per step of a decoupled model. `seat`: the
+        generation's request and client as the rounds see them (rounds.py), none for a
+        generation outside admission."""
         params, stops = job.params, job.stops
         last_only = whole and not stops
         with upstream():
@@ -229,7 +237,7 @@ class Generation:
             sent, text, length, stopped = 0, "", tokens.count, False
             hold, last, so_far = max((len(s) for s in stops), default=1) - 1, None, TextSoFar(tokens.count)
             moving = Moving(self.backend)
-            async for step in self._steps(tokens, job, moving):
+            async for step in self._steps(tokens, job, moving, seat or Clients()):
                 length, last = step.sequence_length, step
                 if last_only or not await self._advance(tokens, step, so_far, moving.decoder):
                     continue
@@ -256,11 +264,18 @@ class Generation:
         yield "", Result(text=echo + text, prompt_tokens=tokens.count, completion_tokens=completion,
                          finish_reason=finish, logprobs=logprobs), Count(tokens.count, completion)  # fmt: skip
 
-    async def _steps(self, tokens: Tokens, job: Job, moving: Moving) -> AsyncIterator[Step]:
+    def steps(self, tokens: Tokens, max_tokens: int, params: Sampling, seat: Seat) -> AsyncIterator[Step]:
+        """The model's steps from the local tritonserver: in slices, a round at a time, when
+        rounds are on; whole otherwise."""
+        if self.rounds.on:
+            return self.rounds.steps(self.backend.generate, tokens, max_tokens, params, seat=seat, end_id=self.end_id)
+        return self.backend.generate(tokens, max_tokens, params)
+
+    async def _steps(self, tokens: Tokens, job: Job, moving: Moving, seat: Seat) -> AsyncIterator[Step]:
         """The model's steps for this job; when the local tritonserver fails during them (broken),
         the rest from another host (continuing.py), at most the gateway's `continuations` times
         per request. Decoding moves with them where this gateway has no local tokenizer."""
-        source, last = self.backend.generate(tokens, job.max_tokens, job.params), None
+        source, last = self.steps(tokens, job.max_tokens, job.params, seat), None
         while True:
             try:
                 async for step in source:
@@ -391,9 +406,9 @@ class Generation:
         return {"tokens": pieces, "token_logprobs": values, "top_logprobs": top,
                 "text_offset": [offsets[k] for k in kept]}  # fmt: skip
 
-    async def result(self, job: Job) -> Result:
+    async def result(self, job: Job, seat: Seat | None = None) -> Result:
         result = None
-        async for _delta, last, _count in self.run(job, whole=True):
+        async for _delta, last, _count in self.run(job, whole=True, seat=seat):
             result = last
         assert result is not None  # run() ends with its Result
         return result

@@ -14,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from .continuing import CONTINUE, DETOKENIZE
 from .errors import ApiError, upstream
+from .rounds import Clients
 from .sampling import Sampling
 from .triton import Step, Tokens
 
@@ -127,7 +128,9 @@ def add_routes(app: FastAPI, gw: "Gateway") -> None:
         tokens, params = continuation_of(body, settings.model, settings.context_length)
         with upstream():
             same_revision(body.revision, await gw.backend.transport.loaded_revision())
-            steps = await first_step(gw.backend.generate(tokens, body.max_tokens, params))
+            # The continuation takes this host's next round, as its own requests do (rounds.py);
+            # its admission slot is the origin's.
+            steps = await first_step(gw.generation.steps(tokens, body.max_tokens, params, Clients()))
         gw.metrics.continued_here.inc()
         return StreamingResponse(continued(steps, tokens.count), media_type="application/x-ndjson")
 

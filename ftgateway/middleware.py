@@ -62,6 +62,21 @@ class Metrics:
         self.in_flight = Gauge("ftgateway_in_flight", "Generations this gateway lets run on its tritonserver now",
                                registry=self.registry)  # fmt: skip
         self.waiting = Gauge("ftgateway_waiting", "Requests waiting for a generation slot now", registry=self.registry)
+        # Rounds (rounds.py): each round's slices and time; the generations whose client left
+        # (stopped at a slice boundary, or a stream cancelled at once), by how they were answered;
+        # the slots lent to a lighter key at a slice boundary.
+        self.round_slices = Histogram("ftgateway_round_slices", "Slices in each round (one FT batch when Triton "
+                                      "forms one of them)", registry=self.registry,
+                                      buckets=(1, 2, 4, 8, 16, 32, 64, 128))  # fmt: skip
+        self.round_seconds = Histogram("ftgateway_round_seconds", "Time of each round of slices, from its start to "
+                                       "its last slice's last step", registry=self.registry,
+                                       buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))  # fmt: skip
+        self.abandoned = Counter("ftgateway_abandoned_generations", "Generations stopped because their client left, "
+                                 "by answer (stream, whole)", ["answer"], registry=self.registry)  # fmt: skip
+        for answer in ("stream", "whole"):
+            self.abandoned.labels(answer=answer)
+        self.lent = Counter("ftgateway_slots_lent", "Generation slots lent to a lighter key at a slice boundary",
+                            registry=self.registry)  # fmt: skip
         self.local_tokenizer = Gauge("ftgateway_local_tokenizer", "1 when the gateway tokenizes and decodes "
                                      "itself (its tokenizer equals the models'), 0 when it calls them",
                                      registry=self.registry)  # fmt: skip

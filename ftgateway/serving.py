@@ -8,7 +8,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Optional, TypeVar
 
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -33,9 +33,10 @@ from .protocol import (
     usage,
     usage_of,
 )
+from .rounds import Abandoned, Rounds
 from .sampling import SamplingError, sampling
 from .tokenizing import Tokenizing
-from .tokens import files_fingerprint, special_ids, vocabulary_size
+from .tokens import end_id, files_fingerprint, special_ids, vocabulary_size
 
 log = logging.getLogger("uvicorn.error")  # uvicorn's own log: the unit's journal
 
@@ -61,8 +62,17 @@ class Gateway:
         if not self.continuing.enabled:
             log.info("continuations off: %s", self.continuing.why_off())
         moved = Moved(self.metrics.continuations, self.metrics.continuation_seconds)
-        self.generation = Generation(backend, settings.context_length, self.metrics.tokens, hidden,
-                                     continuing=self.continuing, moved=moved)  # fmt: skip
+        self.rounds = Rounds(settings.slice_tokens, ended=self.round_ended)
+        self.generation = Generation(
+            backend,
+            settings.context_length,
+            self.metrics.tokens,
+            hidden,
+            continuing=self.continuing,
+            moved=moved,
+            rounds=self.rounds,
+            end_id=end_id(settings.checkpoint_dir) if settings.checkpoint_dir else None,
+        )
         self._checkpoint_files = files_fingerprint(settings.checkpoint_dir) if settings.checkpoint_dir else ()
         try:
             self.chat_template = chat.Template(settings.chat_template, settings.chat_bos_token,
@@ -82,8 +92,46 @@ class Gateway:
             self._checkpoint_files = now
             self.generation.hide(special_ids(self.settings.checkpoint_dir))
             self.vocabulary = vocabulary_size(self.settings.checkpoint_dir)
+            self.generation.end_id = end_id(self.settings.checkpoint_dir)
             self.backend.invalidate()
             log.info("the checkpoint's tokenizer files changed: special tokens read again, tokenizer to verify again")
+
+    def round_ended(self, size: int, took: float) -> None:
+        """A round of slices ended (rounds.py): its size and time in the metrics, and admission's
+        estimate of a lighter key's wait (a round) kept current."""
+        self.metrics.round_slices.observe(size)
+        self.metrics.round_seconds.observe(took)
+        self.admission.round_s = self.rounds.round_s
+
+    def seat(self, held: Held, gone: Optional[Callable[[], Awaitable[bool]]] = None) -> "Place":
+        """A generation's place in the rounds: its request's slots, and for a whole answer its
+        client (a stream's leaving cancels it)."""
+        return Place(self, held, gone)
+
+    async def answered(self, job: Job, held: Held, gone: Optional[Callable[[], Awaitable[bool]]] = None) -> Result:
+        """One generation's whole answer on `held` slots, given back at its end (Abandoned when
+        its client left)."""
+        try:
+            return await self.generation.result(job, self.seat(held, gone))
+        finally:
+            held.release()
+
+    def left(self, route: str, generations: int) -> None:
+        """A stream whose client went away: Starlette cancels it at once (it listens for the
+        disconnect), the cancellation closes run() and with it the gRPC stream to tritonserver,
+        and nothing more is decoded or sent; FT's backend never asks whether a request was
+        cancelled, so the slice in flight runs to its end (the whole generation with rounds off)."""
+        self.metrics.disconnects.inc()
+        self.metrics.abandoned.labels("stream").inc(generations)
+        self.metrics.requests.labels(route, "499").inc()
+
+    def abandoned(self, route: str, generations: int) -> JSONResponse:
+        """A whole answer whose client left: its generations stopped at a slice boundary, counted;
+        the answer (status 499, nginx's "client closed request") reaches nobody."""
+        self.metrics.abandoned.labels("whole").inc(generations)
+        self.metrics.requests.labels(route, "499").inc()
+        return JSONResponse({"error": {"message": "the client closed the request", "type": "invalid_request_error",
+                                       "code": "client_closed_request"}}, status_code=499)  # fmt: skip
 
     def fingerprint(self) -> Optional[str]:
         """OpenAI's system_fingerprint: the revision whose shards tritonserver loaded ("fp_" and its
@@ -154,9 +202,11 @@ class Gateway:
                                logit_bias=body.logit_bias, min_tokens=body.min_tokens,
                                ignore_eos=body.ignore_eos)  # fmt: skip
 
-    async def completion(self, body: CompletionRequest, caller: str) -> Any:
+    async def completion(self, body: CompletionRequest, caller: str,
+                         gone: Optional[Callable[[], Awaitable[bool]]] = None) -> Any:  # fmt: skip
         """/v1/completions: a generation slot per prompt for `caller` (or its refusal), then the
-        whole answer, or its stream."""
+        whole answer, or its stream. `gone`: whether the client left (a whole answer's
+        generations stop at the next slice boundary then)."""
         arrived = time.monotonic()
         jobs = self.jobs(body)  # one per prompt; choices numbered as OpenAI numbers them (prompt, then n)
         held = await self.admission.hold(caller, len(jobs))
@@ -169,8 +219,11 @@ class Gateway:
                 results = [r for found, _billed in searched for r in found]
                 billed = {key: sum(b[key] for _, b in searched) for key in searched[0][1]}
             else:
-                results = await all_of([self.generation.result(job) for job in jobs])
+                results = await all_of([self.generation.result(job, self.seat(held, gone)) for job in jobs])
                 billed = usage(*results)
+        except Abandoned as err:
+            err.generations = len(jobs)
+            raise
         finally:
             held.release()
         model = self.settings.model
@@ -209,7 +262,7 @@ class Gateway:
         cannot begin). `arrived`: when the request came (before its wait for slots)."""
         began = time.monotonic() if arrived is None else arrived
         try:
-            items, firsts = await merged([self.generation.run(job) for job in jobs])
+            items, firsts = await merged([self.generation.run(job, seat=self.seat(slots)) for job in jobs])
             try:
                 decoupled = await self.backend.decoupled()
             except InferenceServerException as err:
@@ -284,13 +337,8 @@ class Gateway:
                 status = str(err.status)
                 self.metrics.errors.labels(status, err.kind).inc()
                 yield sse_event({"error": {"message": err.message, "type": err.kind, "code": err.code}})
-            except asyncio.CancelledError:
-                # The client went away: Starlette cancels this stream at once (it listens for the
-                # disconnect), the cancellation closes run() and with it the gRPC stream to
-                # tritonserver, and nothing more is decoded or sent. (FT's backend never asks whether
-                # a request was cancelled: tritonserver finishes the generation on its own.)
-                self.metrics.disconnects.inc()
-                self.metrics.requests.labels(route, "499").inc()
+            except asyncio.CancelledError:  # the client went away (left())
+                self.left(route, count - len(results))
                 raise
             finally:
                 slots.release()
@@ -303,6 +351,24 @@ class Gateway:
         headers = {"Cache-Control": "no-cache", "X-FTFleet-Streaming": "tokens" if decoupled else "buffered"}
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers,
                                  background=BackgroundTask(release))  # fmt: skip
+
+
+class Place:
+    """A generation's Seat in the rounds (rounds.py): its request's admission slots, which it lends
+    to a lighter key when admission says so, and its client."""
+
+    def __init__(self, gateway: Gateway, held: Held, gone: Optional[Callable[[], Awaitable[bool]]]) -> None:
+        self.gateway, self.held, self._gone = gateway, held, gone
+
+    async def gone(self) -> bool:
+        return bool(self._gone is not None and await self._gone())
+
+    def should_lend(self) -> bool:
+        return self.held.should_lend()
+
+    async def lend(self) -> None:
+        self.gateway.metrics.lent.inc()
+        await self.held.lend()
 
 
 T = TypeVar("T")

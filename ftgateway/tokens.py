@@ -59,6 +59,17 @@ def vocabulary_size(directory: str | Path) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
+def end_id(directory: str | Path) -> int | None:
+    """FT's end id: config.json's eos_token_id, as the conversion writes it into config.ini
+    (ftdomain.ft.model). None where config.json does not give one id."""
+    try:
+        config = json.loads((Path(directory) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("eos_token_id") if isinstance(config, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def special_ids(directory: str | Path) -> frozenset[int]:
     """The ids whose text no answer carries (as vLLM's and TGI's skip_special_tokens): the special
     tokens the tokenizer declares (tokenizer.json's added tokens, tokenizer_config.json's

@@ -39,6 +39,17 @@ def _key_field_problems(label: str, item: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _rounds_problems(v: Mapping[str, Any]) -> list[str]:
+    """A slice as long as the longest answer the gateway lets through slices nothing: rounds would
+    be on in name only (docs/serving-front.md, "Rounds")."""
+    slices, most = v.get("gateway_slice_tokens", 0), v.get("gateway_max_tokens")
+    if isinstance(slices, int) and isinstance(most, int) and 0 < most <= slices:
+        return [f"gateway_slice_tokens={slices}: not below gateway_max_tokens={most}, so no answer is ever sliced "
+                "and rounds do nothing; fix: a shorter slice (docs/performance.md, \"Rounds\"), or 0 to turn rounds "
+                "off"]  # fmt: skip
+    return []
+
+
 def _api_key_problems(keys: Any, anonymous: Any) -> list[str]:
     """fleet_api_keys / gateway_api_keys: named by their names only, never by their values."""
     if not isinstance(keys, list) or not all(isinstance(k, Mapping) for k in keys):
@@ -123,8 +134,10 @@ def gateway_problems(v: Mapping[str, Any]) -> list[str]:
             "gateway_admission_queue",
             "gateway_slo_ttft_ms",
             "gateway_slo_itl_ms",
+            "gateway_slice_tokens",
         ),
     )
+    problems += _rounds_problems(v)
     fleet_key = v.get("gateway_fleet_key", v.get("fleet_gateway_key", ""))
     if not isinstance(fleet_key, str) or (fleet_key and (len(fleet_key) < 16 or fleet_key != fleet_key.strip())):
         problems.append("fleet_gateway_key: the fleet's key must be a string of at least 16 characters without "

@@ -470,3 +470,11 @@ def test_the_peers_are_the_other_hosts_of_the_model_at_their_addresses():
     assert gateway_peers(hosts, hostvars, "lb") == []  # no model
     with pytest.raises(AnsibleFilterError, match="expected a list of hosts"):
         gateway_peers("a,b", hostvars, "a")
+
+
+def test_a_slice_that_slices_nothing_is_refused():
+    assert fleet_input_problems({**SERVING, "gateway_slice_tokens": 16, "gateway_max_tokens": 512}) == []
+    assert fleet_input_problems({**SERVING, "gateway_slice_tokens": 0, "gateway_max_tokens": 512}) == []
+    problems = fleet_input_problems({**SERVING, "gateway_slice_tokens": 512, "gateway_max_tokens": 512})
+    assert problems == [next(p for p in problems if p.startswith("gateway_slice_tokens=512: not below"))]
+    assert "gateway_slice_tokens=-1" in " ".join(fleet_input_problems({**SERVING, "gateway_slice_tokens": -1}))
