@@ -25,17 +25,19 @@ from pathlib import Path
 REQUESTS_PER_STREAM, MIN_REQUESTS = 2, 8
 
 
-def command(guidellm: Path, *, target: str, model: str, tokenizer: Path, prompt_tokens: int, output_tokens: int,
-            concurrency: int, requests: int, report: Path, api_key: str = "") -> list[str]:  # fmt: skip
-    """The `guidellm run` command line (guidellm 0.8's kind=... options) for one concurrency."""
+def command(guidellm: Path, *, target: str, model: str, tokenizer: Path, profile: str, data: str, requests: int,
+            report: Path, api_key: str = "") -> list[str]:  # fmt: skip
+    """The `guidellm run` command line (guidellm 0.8's kind=... options): `profile` (its
+    --profile: concurrent streams, a Poisson rate) over `data` (its synthetic text's lengths),
+    for `requests` requests."""
     backend = f"kind=openai_http,target={target},model={model},request_format=/v1/completions"
     if api_key:
         backend += f",api_key={api_key}"
     return [
         str(guidellm / "bin" / "guidellm"), "run",
         "--backend", backend,
-        "--profile", f"kind=concurrent,streams={concurrency}",
-        "--data", f"kind=synthetic_text,prompt_tokens={prompt_tokens},output_tokens={output_tokens}",
+        "--profile", profile,
+        "--data", f"kind=synthetic_text,{data}",
         "--tokenizer", f"kind=huggingface_auto,model={tokenizer}",
         "--constraint", f"kind=max_requests,count={requests}",
         "--output", f"kind=json,path={report}",
@@ -43,28 +45,35 @@ def command(guidellm: Path, *, target: str, model: str, tokenizer: Path, prompt_
     ]  # fmt: skip
 
 
+def execute(argv: list[str], report: Path, log: Path) -> list[dict]:
+    """One `guidellm run`: its report's summaries; raises with GuideLLM's own words when it fails."""
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    with log.open("w") as out:
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=1800, check=False)
+    if done.returncode != 0 or not report.exists():
+        raise RuntimeError(f"guidellm failed ({done.returncode}):\n{log.read_text(errors='replace')[-4000:]}")
+    return summary(json.loads(report.read_text()))
+
+
 def run(guidellm: Path, *, target: str, model: str, tokenizer: Path, prompt_tokens: int, output_tokens: int,
         concurrency: list[int], work: Path, api_key: str = "") -> dict:  # fmt: skip
     """`guidellm run` at one length, once per concurrency: the levels' summaries, the commands and
     where the whole reports are. Raises with GuideLLM's own words when a run fails."""
     found = {"commands": [], "reports": [], "seconds": 0.0, "levels": []}
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     for streams in concurrency:
         name = f"guidellm-{prompt_tokens}-{output_tokens}-c{streams}"
-        report, log = work / f"{name}.json", work / f"{name}.log"
-        argv = command(guidellm, target=target, model=model, tokenizer=tokenizer, prompt_tokens=prompt_tokens,
-                       output_tokens=output_tokens, concurrency=streams,
+        report = work / f"{name}.json"
+        argv = command(guidellm, target=target, model=model, tokenizer=tokenizer,
+                       profile=f"kind=concurrent,streams={streams}",
+                       data=f"prompt_tokens={prompt_tokens},output_tokens={output_tokens}",
                        requests=max(MIN_REQUESTS, REQUESTS_PER_STREAM * streams), report=report,
                        api_key=api_key)  # fmt: skip
         started = time.monotonic()
-        with log.open("w") as out:
-            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=1800, check=False)
-        if done.returncode != 0 or not report.exists():
-            raise RuntimeError(f"guidellm failed ({done.returncode}):\n{log.read_text(errors='replace')[-4000:]}")
+        levels = execute(argv, report, work / f"{name}.log")
         found["seconds"] = round(found["seconds"] + time.monotonic() - started, 1)
         found["commands"].append(argv)
         found["reports"].append(str(report))
-        found["levels"] += summary(json.loads(report.read_text()))
+        found["levels"] += levels
         print(json.dumps({"guidellm": f"{prompt_tokens}/{output_tokens}", **found["levels"][-1]}), flush=True)
     return found
 
