@@ -83,7 +83,8 @@ def test_rounds_answer_as_whole_generations_batch_in_triton_and_stop_for_a_clien
             requests, batches = ft_stats(server.http)
             with concurrent.futures.ThreadPoolExecutor(4) as pool:
                 texts = list(pool.map(lambda i: streamed(sliced, PROMPTS[i % 3], 12), range(4)))
-            asked, ran = (a - b for a, b in zip(ft_stats(server.http), (requests, batches)))
+            now_requests, now_batches = ft_stats(server.http)
+            asked, ran = now_requests - requests, now_batches - batches
             print(f"\nfour streams of 12 tokens in slices of {SLICE}: {asked} requests to fastertransformer "
                   f"in {ran} batches; rounds {metric(sliced, 'ftgateway_round_slices_count'):.0f}")  # fmt: skip
             assert all(texts)
