@@ -32,7 +32,7 @@ import collections
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import ApiError, busy
@@ -102,15 +102,6 @@ class Admission:
     async def hold(self, key: str, count: int = 1) -> Held:
         """`count` slots for `key` (see take), given back by the Held's release()."""
         return Held(self, key, count, await self.take(key, count))
-
-    @contextlib.asynccontextmanager
-    async def slot(self, key: str, count: int = 1) -> AsyncIterator[None]:
-        """Holds `count` slots for `key` while the block runs (waits for them, or raises the refusal)."""
-        held = await self.hold(key, count)
-        try:
-            yield
-        finally:
-            held.release()
 
     async def take(self, key: str, count: int = 1) -> float:
         """`count` slots for `key` (at most all of them), now or after a wait; ApiError when refused.

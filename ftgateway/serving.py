@@ -33,7 +33,7 @@ from .protocol import (
     usage,
     usage_of,
 )
-from .rounds import Abandoned, Rounds
+from .rounds import Abandoned, Clients, Rounds
 from .sampling import SamplingError, sampling
 from .tokenizing import Tokenizing
 from .tokens import end_id, files_fingerprint, special_ids, vocabulary_size
@@ -353,15 +353,13 @@ class Gateway:
                                  background=BackgroundTask(release))  # fmt: skip
 
 
-class Place:
-    """A generation's Seat in the rounds (rounds.py): its request's admission slots, which it lends
-    to a lighter key when admission says so, and its client."""
+class Place(Clients):
+    """A generation's Seat in the rounds (rounds.py): its client, as any seat's, and its request's
+    admission slots, which it lends to a lighter key when admission says so."""
 
     def __init__(self, gateway: Gateway, held: Held, gone: Optional[Callable[[], Awaitable[bool]]]) -> None:
-        self.gateway, self.held, self._gone = gateway, held, gone
-
-    async def gone(self) -> bool:
-        return bool(self._gone is not None and await self._gone())
+        super().__init__(gone)
+        self.gateway, self.held = gateway, held
 
     def should_lend(self) -> bool:
         return self.held.should_lend()

@@ -175,11 +175,14 @@ def test_a_waiter_pushed_out_just_as_its_wait_runs_out_is_refused_once_as_over_s
 def test_a_client_that_leaves_while_it_waits_leaves_no_slot_taken():
     async def main():
         admission = Admission(1, 5.0, 4)
-        async with admission.slot("a"):
+        held = await admission.hold("a")
+        try:
             waiting = asyncio.ensure_future(admission.take("b"))
             await settle()
             waiting.cancel()
             await asyncio.gather(waiting, return_exceptions=True)
+        finally:
+            held.release()
         return admission.taken, admission.waiters, dict(admission.held), dict(admission.waiting)
 
     assert run(main()) == (0, 0, {}, {})  # and no empty queue kept for a key that waited once
@@ -188,10 +191,13 @@ def test_a_client_that_leaves_while_it_waits_leaves_no_slot_taken():
 def test_a_request_of_several_generations_takes_a_slot_for_each():
     async def main():
         admission = Admission(4, 0.05, 4)
-        async with admission.slot("a", 3):
+        held = await admission.hold("a", 3)
+        try:
             assert admission.taken == 3
             with pytest.raises(ApiError):
                 await admission.take("a", 2)
+        finally:
+            held.release()
         return admission.taken
 
     assert run(main()) == 0
