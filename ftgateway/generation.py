@@ -268,7 +268,15 @@ class Generation:
         """The model's steps from the local tritonserver: in slices, a round at a time, when
         rounds are on; whole otherwise."""
         if self.rounds.on:
-            return self.rounds.steps(self.backend.generate, tokens, max_tokens, params, seat=seat, end_id=self.end_id)
+            return self.rounds.steps(
+                self.backend.generate,
+                tokens,
+                max_tokens,
+                params,
+                seat=seat,
+                end_id=self.end_id,
+                context=self.context_length,
+            )
         return self.backend.generate(tokens, max_tokens, params)
 
     async def _steps(self, tokens: Tokens, job: Job, moving: Moving, seat: Seat) -> AsyncIterator[Step]:

@@ -85,32 +85,36 @@ class Rounds:
         self.size = 0  # slices granted in the round in flight
         self.opened = -math.inf  # when the round in flight started (monotonic seconds)
         self.round_s = 0.0
-        self.ready: list[asyncio.Future] = []
+        self.width = 0  # the round in flight's input width (tokens): its slices' common shape
+        self.ready: list[tuple[asyncio.Future, int]] = []  # the next round's tickets, each with its length
         self._starting = False
 
     @property
     def on(self) -> bool:
         return self.slice_tokens > 0
 
-    def ticket(self) -> asyncio.Future:
-        """A place in a round: granted at once when nothing runs or the round in flight began
-        within JOIN_S (and nobody waits for the next), otherwise with the next round."""
+    def ticket(self, length: int) -> asyncio.Future:
+        """A place in a round for a slice whose input is `length` tokens: granted at once when
+        nothing runs or the round in flight began within JOIN_S (and nobody waits for the next),
+        otherwise with the next round. Granted, it holds the width to pad the input to: the
+        round's longest (Triton batches only requests of one shape, and FT takes right-padded
+        rows with their own input_lengths), or its own length where it is longer than that."""
         ticket = asyncio.get_running_loop().create_future()
         now = time.monotonic()
         if not self.ready and (self.running == 0 or now - self.opened <= JOIN_S):
             if self.running == 0:
-                self.opened, self.size = now, 0
+                self.opened, self.size, self.width = now, 0, length
             self.running += 1
             self.size += 1
-            ticket.set_result(None)
+            ticket.set_result(max(self.width, length))
         else:
-            self.ready.append(ticket)
+            self.ready.append((ticket, length))
         return ticket
 
-    async def wait(self, ticket: asyncio.Future) -> None:
-        """Until the ticket is granted; a cancelled wait gives its place back."""
+    async def wait(self, ticket: asyncio.Future) -> int:
+        """The width, once the ticket is granted; a cancelled wait gives its place back."""
         try:
-            await ticket
+            return await ticket
         except asyncio.CancelledError:
             self.cancel(ticket)
             raise
@@ -121,8 +125,7 @@ class Rounds:
             self.end()
             return
         ticket.cancel()
-        if ticket in self.ready:
-            self.ready.remove(ticket)
+        self.ready = [(waiting, length) for waiting, length in self.ready if waiting is not ticket]
 
     def end(self) -> None:
         """A granted slice ended (its last step came, it failed or it was abandoned): the round
@@ -139,30 +142,34 @@ class Rounds:
 
     def _start(self) -> None:
         self._starting = False
-        waiting = [ticket for ticket in self.ready if not ticket.done()]
+        waiting = [(ticket, length) for ticket, length in self.ready if not ticket.done()]
         if self.running or not waiting:
             return
         self.ready = []
         self.opened, self.running, self.size = time.monotonic(), len(waiting), len(waiting)
-        for ticket in waiting:
-            ticket.set_result(None)
+        self.width = max(length for _, length in waiting)
+        for ticket, _ in waiting:
+            ticket.set_result(self.width)
 
     async def steps(self, generate: Generate, tokens: Tokens, max_tokens: int, params: Sampling, *, seat: Seat,
-                    end_id: int | None = None) -> AsyncIterator[Step]:  # fmt: skip
+                    end_id: int | None = None, context: int = 0) -> AsyncIterator[Step]:  # fmt: skip
         """The generation's steps, a slice of at most slice_tokens at a time, each as the whole
         generation's step would be: the sequence from the prompt on, and with log probabilities
         those of every new token so far. It ends at max_tokens, at a slice that ended before its
-        length (FT's end id or a stop word) or at a slice whose last token is `end_id`."""
-        so_far = _SoFar(tokens)
-        ticket: asyncio.Future | None = self.ticket()  # this generation's place; None while it has none
+        length (FT's end id or a stop word) or at a slice whose last token is `end_id`. A slice's
+        input is padded (with `end_id`, as FT's examples pad) to its round's width where that and
+        the slice's tokens stay within `context` (0: never padded)."""
+        so_far = _SoFar(tokens, pad=end_id or 0)
+        ticket: asyncio.Future | None = self.ticket(tokens.count)  # this generation's place; None while it has none
         try:
             while ticket is not None:
                 held, ticket = ticket, None
                 if so_far.generated:
-                    held = await self._boundary(held, seat)
-                await self.wait(held)
+                    held = await self._boundary(held, seat, len(so_far.sequence))
+                width = await self.wait(held)
                 ask = min(self.slice_tokens, max_tokens - so_far.generated)
-                source = generate(so_far.tokens(), ask, continued_sampling(params, so_far.generated))
+                part = so_far.tokens(width if width + ask <= context else 0)
+                source = generate(part, ask, continued_sampling(params, so_far.generated))
                 granted = True
                 try:
                     async for answered in source:
@@ -171,7 +178,7 @@ class Rounds:
                             self.end()
                             granted = False
                             if so_far.generated + new < max_tokens and not so_far.ends_with(step, end_id):
-                                ticket = self.ticket()
+                                ticket = self.ticket(step.sequence_length)
                         yield step
                         if not granted:
                             break
@@ -184,7 +191,7 @@ class Rounds:
             if ticket is not None:
                 self.cancel(ticket)
 
-    async def _boundary(self, ticket: asyncio.Future, seat: Seat) -> asyncio.Future:
+    async def _boundary(self, ticket: asyncio.Future, seat: Seat, length: int) -> asyncio.Future:
         """Between slices: Abandoned when the client left; the slot lent to a lighter key when
         admission says so (and a fresh ticket once it is back). The ticket is given back before
         either, and on any failure here."""
@@ -200,7 +207,7 @@ class Rounds:
         if lend:
             self.cancel(ticket)
             await seat.lend()
-            return self.ticket()
+            return self.ticket(length)
         return ticket
 
 
@@ -208,8 +215,8 @@ class _SoFar:
     """A sliced generation's sequence so far (prompt and generated ids) and the log probabilities
     of its generated tokens; each slice's steps in the whole generation's terms."""
 
-    def __init__(self, tokens: Tokens) -> None:
-        self.prompt_tokens, self.prompt = tokens, tokens.count
+    def __init__(self, tokens: Tokens, pad: int) -> None:
+        self.prompt_tokens, self.prompt, self.pad = tokens, tokens.count, pad
         self.sequence = tokens.ids.reshape(-1)[: tokens.count].astype(np.uint32)
         self.earlier = np.zeros(0, dtype=np.float32)
         self.last: Step | None = None
@@ -218,9 +225,13 @@ class _SoFar:
     def generated(self) -> int:
         return len(self.sequence) - self.prompt
 
-    def tokens(self) -> Tokens:
-        """The next slice's input: the sequence so far, the request's stop and bad words."""
-        return Tokens(ids=self.sequence.reshape(1, -1), count=len(self.sequence), stop_ids=self.prompt_tokens.stop_ids,
+    def tokens(self, width: int = 0) -> Tokens:
+        """The next slice's input: the sequence so far, right-padded to `width` (its input_lengths
+        the sequence's), the request's stop and bad words."""
+        ids = self.sequence
+        if width > len(ids):
+            ids = np.concatenate([ids, np.full(width - len(ids), self.pad, dtype=np.uint32)])
+        return Tokens(ids=ids.reshape(1, -1), count=len(self.sequence), stop_ids=self.prompt_tokens.stop_ids,
                       bad_ids=self.prompt_tokens.bad_ids)  # fmt: skip
 
     def step(self, answered: Step) -> tuple[Step, int]:
@@ -247,8 +258,8 @@ class _SoFar:
 
 
 class Clients:
-    """A Seat for generations outside admission (a continuation for a peer: its slot is the
-    origin's), whose client's leaving cancels them."""
+    """A Seat outside admission (a continuation for a peer: its slot is the origin's): it never
+    lends, and stops when `gone` says its client left (serving's Place adds the slots)."""
 
     def __init__(self, gone: Callable[[], Awaitable[bool]] | None = None) -> None:
         self._gone = gone

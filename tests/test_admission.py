@@ -143,7 +143,7 @@ def a_stream_holds_its_slot_and_its_cancellation_reaches_tritonserver(url: str, 
 def test_tritonservers_queue_policy_refuses_past_its_size_and_the_gateway_says_busy(tmp_path: Path):
     """triton_model_repo's dynamic-batching queue policy on a real tritonserver: batches of one,
     at most one request waiting (triton_model_repo_max_queue_size 1), REJECT past it. Three
-    requests at once through a gateway without a bound of its own (max_in_flight 0): one runs, at
+    requests at once through a gateway without a bound of its own (max_in_flight 0, rounds off): one runs, at
     most one waits and runs, the rest are refused by tritonserver's queue, which the gateway answers
     as busy (503 overloaded, Retry-After, X-Ftfleet-Refused), never as a broken host (upstream_down)."""
     checkpoint = tmp_path / "checkpoint"
@@ -157,8 +157,10 @@ def test_tritonservers_queue_policy_refuses_past_its_size_and_the_gateway_says_b
     keys = [{"name": "light", "sha256": hash_key(LIGHT)}]
     (tmp_path / "keys.json").write_text(json.dumps({"keys": keys}))
     with tritonserver(repo, tmp_path, env={"FTNATIVE_STEP_SECONDS": "0.1"}) as server:
+        # Rounds off: a round holds back a request that arrives while one runs (a bound of its
+        # own), and this is tritonserver's queue, as clients past the gateway meet it.
         settings = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "context_length": 128,
-                    "max_tokens_limit": 64, "keys_file": str(tmp_path / "keys.json")}  # fmt: skip
+                    "max_tokens_limit": 64, "keys_file": str(tmp_path / "keys.json"), "slice_tokens": 0}  # fmt: skip
         proc, url, _log = start_gateway(settings, tmp_path)
         try:
             assert ask(url, LIGHT)[0] == 200  # warm

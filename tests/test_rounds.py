@@ -1,5 +1,6 @@
 """Rounds on a real gateway in front of a real tritonserver (the CPU stand-in as fastertransformer,
-paced at 50 ms a step, with dynamic batching): a gateway with slices of 4 answers greedy requests
+paced at 50 ms a step, with dynamic batching and a 100 ms queue delay: a round's slices reach it
+within that even on a busy machine): a gateway with slices of 4 answers greedy requests
 with the very text of a gateway without rounds; four streams at once reach tritonserver in rounds
 that Triton's dynamic batcher makes batches of (its own statistics: fewer executions than
 requests); and a whole answer whose client leaves stops at the next slice boundary (Triton's count
@@ -62,7 +63,7 @@ def test_rounds_answer_as_whole_generations_batch_in_triton_and_stop_for_a_clien
     tiny_model("gpt", checkpoint)
     repo = gpt_repository(tmp_path, checkpoint, tp=1, decoupled=True,
                           extra={"triton_model_repo_dynamic_batching": True,
-                                 "triton_model_repo_max_queue_delay_us": 20000})  # fmt: skip
+                                 "triton_model_repo_max_queue_delay_us": 100000})  # fmt: skip
     with tritonserver(repo, tmp_path, env={"FTNATIVE_STEP_SECONDS": "0.05"}) as server:
         common = {"model": MODEL, "triton_grpc": f"127.0.0.1:{server.grpc}", "context_length": 128,
                   "max_tokens_limit": 64, "allow_anonymous": True, "checkpoint_dir": str(checkpoint),

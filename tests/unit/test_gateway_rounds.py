@@ -35,11 +35,13 @@ class FakeFT:
     step_s: float = 0.0
     end: int = END
     sent: list[tuple[float, int, int, Sampling]] = field(default_factory=list)
+    widths: list[int] = field(default_factory=list)  # each request's input_ids width (padding included)
     decoded: int = 0
 
     async def generate(self, tokens: Tokens, ask: int, params: Sampling):
         sequence = tokens.ids.reshape(-1)[: tokens.count].tolist()
         self.sent.append((asyncio.get_running_loop().time(), tokens.count, ask, params))
+        self.widths.append(tokens.ids.shape[-1])
         probs = []
         for _ in range(ask):
             await asyncio.sleep(self.step_s)
@@ -125,6 +127,28 @@ def test_a_round_sends_its_slices_together_and_a_newcomer_joins_at_the_boundary(
     assert moments == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2]
     late = next(when for when, count, *_ in sent if count == 2)
     assert round((late - start) / 0.04) == 1
+
+
+def test_a_rounds_slices_share_one_width_for_tritons_batcher():
+    """Triton batches only requests of one shape: a round's inputs are right-padded to its longest
+    (input_lengths stay each one's own), within the context; the answers are unchanged. The first
+    round, whose slices joined it one by one as they came, keeps each newcomer's own length where
+    it is longer than the first's."""
+
+    async def main(context: int):
+        fake, rounds = FakeFT(step_s=0.01), Rounds(4)
+        prompts = [[5], [6, 6, 6], [7, 7]]
+        runs = [last_step(rounds.steps(fake.generate, prompt(ids), 8, GREEDY, seat=Clients(), context=context))
+                for ids in prompts]  # fmt: skip
+        found = await asyncio.gather(*runs)
+        return fake, [step.output_ids.reshape(-1)[: step.sequence_length].tolist() for step, _ in found], prompts
+
+    fake, got, prompts = asyncio.run(main(context=64))
+    assert got == [whole(ids, 8).output_ids.reshape(-1).tolist() for ids in prompts]
+    assert [count for _, count, _, _ in fake.sent] == [1, 3, 2, 5, 7, 6]  # the real lengths, as input_lengths
+    assert fake.widths == [1, 3, 2, 7, 7, 7]  # the second round one shape: its longest input
+    fake, _, _ = asyncio.run(main(context=0))  # no context known: never padded
+    assert fake.widths == [1, 3, 2, 5, 7, 6]
 
 
 class Leaving:
