@@ -310,7 +310,10 @@ def gateway(args, target: Target, *, local: bool, **settings_over):
 def ask_gateway(args, target: Target, *, local: bool, greedy: str) -> dict:
     """The openai client's answers through the gateway (gateway_client.py in --client-python)."""
     stop, family = stop_for(greedy), target.family
-    with gateway(args, target, local=local) as (base, log):
+    # Slices of 4 (rounds, ftgateway/rounds.py): the 16-token answers come in 4 slices each, so every
+    # verdict on them (greedy = transformers, streamed = whole, log probabilities, the penalty)
+    # holds for rounds on FT itself.
+    with gateway(args, target, local=local, slice_tokens=4) as (base, log):
         argv = [str(args.client_python / "bin" / "python3"), str(HERE / "gateway_client.py"), "--base", base,
                 "--model", family, "--prompt", PROMPT_TEXT, "--tokens", str(NEW_TOKENS), "--stop", stop]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
