@@ -27,6 +27,7 @@ Prints a table, writes results.json under --out; exit status 1 when a verdict fa
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -252,6 +253,7 @@ def check_family(args, family: str, work: Path) -> dict:
                 for mode in ("local", "remote"):
                     answers = ask_gateway(args, target, local=mode == "local", greedy=greedy)
                     result.setdefault("gateway", {})[f"{variant}/{mode}"] = answers
+                result.setdefault("padded_rounds", {})[variant] = padded_rounds(args, target)
             said = log.read_text()
             result[f"{variant}_backend_loaded"] = "TRITONBACKEND_ModelInitialize: fastertransformer" in said or (
                 "successfully loaded 'fastertransformer'" in said
@@ -325,6 +327,26 @@ def ask_gateway(args, target: Target, *, local: bool, greedy: str) -> dict:
     return {"stop_sequence": stop, **found}
 
 
+def padded_rounds(args, target: Target) -> dict:
+    """Three greedy completions of different prompt lengths at once, through a gateway in slices of
+    4 (from the second round on, each slice's input right-padded to the round's longest, with its
+    own input_lengths: ftgateway/rounds.py) and through one without rounds: the texts."""
+    prompts = [PROMPT_TEXT + " and then one more", PROMPT_TEXT, PROMPT_TEXT[:9]]
+
+    def ask(base: str, prompt: str) -> str:
+        body = json.dumps({"model": target.family, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0})
+        request = urllib.request.Request(base + "/completions", body.encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=300) as answer:
+            return json.load(answer)["choices"][0]["text"]
+
+    found = {}
+    for slices in (0, 4):
+        with gateway(args, target, local=True, slice_tokens=slices) as (base, _log), \
+             concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:  # fmt: skip
+            found[f"slices {slices}"] = list(pool.map(lambda prompt, base=base: ask(base, prompt), prompts))
+    return found
+
+
 def gateway_verdicts(r: dict) -> dict:
     """Every gateway run (whole/decoupled repository x local/remote tokenizing) against transformers
     and the stand-in, decoded as the gateway answers."""
@@ -357,6 +379,9 @@ def gateway_verdicts(r: dict) -> dict:
             for _, run in runs
         ),
         "gateway: stop = stand-in cut": all(run.get("stop") == cut(run) for _, run in runs),
+        "gateway: padded rounds = whole": all(
+            found["slices 4"] == found["slices 0"] and all(found["slices 0"]) for found in r["padded_rounds"].values()
+        ),
     }
 
 
