@@ -32,7 +32,7 @@ def test_a_setting_that_changes_answers_is_a_change_and_a_limit_on_requests_is_n
     (tmp_path / "tiny.json").write_text("{}")
     older = compare(tmp_path, write=True)
     assert older["changes"] == ["model", "context_length", "max_tokens_limit", "chat_template", "chat_bos_token",
-                                "chat_eos_token", "tokenizer_dir", "checkpoint_dir"]  # fmt: skip
+                                "chat_eos_token", "tokenizer_dir", "checkpoint_dir", "slice_tokens"]  # fmt: skip
     now = older["next"]
     assert now["context_length"] == 1024
     (tmp_path / "tiny.json").write_text(json.dumps(now, indent=2))
@@ -44,3 +44,5 @@ def test_a_setting_that_changes_answers_is_a_change_and_a_limit_on_requests_is_n
     assert compare(tmp_path, gateway_max_tokens=64)["changes"] == ["max_tokens_limit"]
     assert compare(tmp_path, gateway_chat_template="h2ogpt")["changes"] == ["chat_template"]
     assert compare(tmp_path, gateway_local_tokenizer=False)["changes"] == ["tokenizer_dir"]
+    # slices go on with the continuation's seed: a sampled answer is another one
+    assert compare(tmp_path, gateway_slice_tokens=8)["changes"] == ["slice_tokens"]
