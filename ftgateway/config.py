@@ -13,7 +13,26 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .continuing import peers_of
+
+@dataclass(frozen=True)
+class Peer:
+    url: str  # scheme://address:port of another host's gateway of the same model
+    tls_name: str = ""  # the name in its certificate (the address is verified when empty)
+
+
+def peers_of(raw: Any) -> tuple[Peer, ...]:
+    """The setting 'peers' ([{url, tls_name}]) checked, or ValueError saying what is wrong."""
+    if not isinstance(raw, list):
+        raise ValueError(f"setting 'peers' must be a list of {{url, tls_name}}, got {raw!r}")
+    found = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or set(item) - {"url", "tls_name"}:
+            raise ValueError(f"setting 'peers'[{i}] must be {{url, tls_name}}, got {item!r}")
+        url, name = item.get("url"), item.get("tls_name", "")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not isinstance(name, str):
+            raise ValueError(f"setting 'peers'[{i}]: url must be http(s)://address:port, got {url!r}")
+        found.append(Peer(url.rstrip("/"), name))
+    return tuple(found)
 
 
 class ConfigError(ValueError):

@@ -27,20 +27,16 @@ import random
 import ssl
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from .config import Peer, Settings
 from .errors import UNAVAILABLE, UNLOADING, PeerFailed, bearer_token
 from .sampling import UINT64_MAX, Sampling
 from .triton import Step, Tokens
-
-if TYPE_CHECKING:
-    from .config import Settings
 
 CONTINUE, DETOKENIZE = "/internal/v1/continue", "/internal/v1/detokenize"
 # A broken stream to tritonserver (killed mid-generation: "Socket closed", "Stream removed"): gRPC
@@ -63,27 +59,6 @@ def broken(err: BaseException) -> bool:
     if isinstance(err, PeerFailed):
         return err.broken
     return isinstance(err, OSError) and not isinstance(err, TimeoutError)
-
-
-@dataclass(frozen=True)
-class Peer:
-    url: str  # scheme://address:port of another host's gateway of the same model
-    tls_name: str = ""  # the name in its certificate (the address is verified when empty)
-
-
-def peers_of(raw: Any) -> tuple[Peer, ...]:
-    """The setting 'peers' ([{url, tls_name}]) checked, or ValueError saying what is wrong."""
-    if not isinstance(raw, list):
-        raise ValueError(f"setting 'peers' must be a list of {{url, tls_name}}, got {raw!r}")
-    found = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict) or set(item) - {"url", "tls_name"}:
-            raise ValueError(f"setting 'peers'[{i}] must be {{url, tls_name}}, got {item!r}")
-        url, name = item.get("url"), item.get("tls_name", "")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not isinstance(name, str):
-            raise ValueError(f"setting 'peers'[{i}]: url must be http(s)://address:port, got {url!r}")
-        found.append(Peer(url.rstrip("/"), name))
-    return tuple(found)
 
 
 def continued_sampling(params: Sampling, generated: int) -> Sampling:

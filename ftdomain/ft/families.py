@@ -13,7 +13,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftdomain.errors import AnsibleFilterError
-from ftdomain.ft.tensors import _GPT_LAYER, _MLP_UP, _QKV, Tensor, _h, _hh, _hi, _ih, _layernorm, _ph, _qkv_w, _v, _vh
+from ftdomain.ft.tensors import (
+    GPT_LAYER,
+    MLP_UP,
+    QKV,
+    Tensor,
+    hidden,
+    hidden_by_hidden,
+    hidden_by_inter,
+    inter_by_hidden,
+    layernorm,
+    positions_by_hidden,
+    qkv_weight,
+    vocab,
+    vocab_by_hidden,
+)
 
 # Bytes per element of each weight dtype FT reads.
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -170,19 +184,19 @@ def _gptneox_layer(p: Mapping[str, Any]) -> list[Tensor]:
     # Parallel residual: the backend reads one bias, the sum of the attention-out and
     # MLP-down biases, instead of the two.
     biases = (
-        [Tensor("model.layers.{L}.mlp.attention.bias.sum", _h)]
+        [Tensor("model.layers.{L}.mlp.attention.bias.sum", hidden)]
         if p["use_gptj_residual"]
         else [
-            Tensor("model.layers.{L}.attention.dense.bias", _h),
-            Tensor("model.layers.{L}.mlp.dense_4h_to_h.bias", _h),
+            Tensor("model.layers.{L}.attention.dense.bias", hidden),
+            Tensor("model.layers.{L}.mlp.dense_4h_to_h.bias", hidden),
         ]
     )
     return [
-        *_layernorm("model.layers.{L}.input_layernorm"),
-        *_QKV,
-        Tensor("model.layers.{L}.attention.dense.weight", _hh, 0),
-        *_layernorm("model.layers.{L}.post_attention_layernorm"),
-        *_MLP_UP,
+        *layernorm("model.layers.{L}.input_layernorm"),
+        *QKV,
+        Tensor("model.layers.{L}.attention.dense.weight", hidden_by_hidden, 0),
+        *layernorm("model.layers.{L}.post_attention_layernorm"),
+        *MLP_UP,
         *biases,
     ]
 
@@ -199,17 +213,17 @@ FAMILIES: dict[str, Family] = {
         flavour="nvidia",
         hf_keys=_GPT2_KEYS,
         global_tensors=lambda p: [
-            Tensor("model.wte", _vh),
-            *_layernorm("model.final_layernorm"),
-            Tensor("model.lm_head.weight", _vh),
-            Tensor("model.lm_head.bias", _v),
+            Tensor("model.wte", vocab_by_hidden),
+            *layernorm("model.final_layernorm"),
+            Tensor("model.lm_head.weight", vocab_by_hidden),
+            Tensor("model.lm_head.bias", vocab),
         ],
         layer_tensors=lambda p: [
-            *_layernorm("model.layers.{L}.input_layernorm"),
-            Tensor("model.layers.{L}.attention.query_key_value.weight", _qkv_w, -1),
-            Tensor("model.layers.{L}.attention.dense.weight", _hh, 0),
-            *_MLP_UP,
-            Tensor("model.layers.{L}.mlp.dense_4h_to_h.bias", _h),
+            *layernorm("model.layers.{L}.input_layernorm"),
+            Tensor("model.layers.{L}.attention.query_key_value.weight", qkv_weight, -1),
+            Tensor("model.layers.{L}.attention.dense.weight", hidden_by_hidden, 0),
+            *MLP_UP,
+            Tensor("model.layers.{L}.mlp.dense_4h_to_h.bias", hidden),
         ],
         extra_params=_gptj_extra,
         fixed_layernorm_eps=1e-6,
@@ -226,11 +240,11 @@ FAMILIES: dict[str, Family] = {
         hf_keys=_GPT2_KEYS,
         # GPT-2 ties lm_head to wte: the backend reuses model.wte.bin when no lm_head file exists.
         global_tensors=lambda p: [
-            Tensor("model.wte", _vh),
-            Tensor("model.wpe", _ph),
-            *_layernorm("model.final_layernorm"),
+            Tensor("model.wte", vocab_by_hidden),
+            Tensor("model.wpe", positions_by_hidden),
+            *layernorm("model.final_layernorm"),
         ],
-        layer_tensors=lambda p: list(_GPT_LAYER),
+        layer_tensors=lambda p: list(GPT_LAYER),
         extra_params=_gpt_extra,
     ),
     "gptneox": Family(
@@ -250,9 +264,9 @@ FAMILIES: dict[str, Family] = {
             "inter": ("intermediate_size",),
         },
         global_tensors=lambda p: [
-            Tensor("model.wte", _vh),
-            *_layernorm("model.final_layernorm"),
-            Tensor("model.lm_head.weight", _vh),
+            Tensor("model.wte", vocab_by_hidden),
+            *layernorm("model.final_layernorm"),
+            Tensor("model.lm_head.weight", vocab_by_hidden),
         ],
         layer_tensors=_gptneox_layer,
         extra_params=_gptneox_extra,
@@ -290,18 +304,18 @@ FAMILIES: dict[str, Family] = {
             "inter": ("intermediate_size",),
         },
         global_tensors=lambda p: [
-            Tensor("model.wte.weight", _vh),
-            Tensor("model.final_layernorm.weight", _h),
-            Tensor("model.lm_head.weight", _vh),
+            Tensor("model.wte.weight", vocab_by_hidden),
+            Tensor("model.final_layernorm.weight", hidden),
+            Tensor("model.lm_head.weight", vocab_by_hidden),
         ],
         layer_tensors=lambda p: [
-            Tensor("model.layers.{L}.input_layernorm.weight", _h),
-            Tensor("model.layers.{L}.attention.query_key_value.weight", _qkv_w, -1),
-            Tensor("model.layers.{L}.attention.dense.weight", _hh, 0),
-            Tensor("model.layers.{L}.post_attention_layernorm.weight", _h),
-            Tensor("model.layers.{L}.mlp.gate_proj.weight", _hi, -1),
-            Tensor("model.layers.{L}.mlp.up_proj.weight", _hi, -1),
-            Tensor("model.layers.{L}.mlp.down_proj.weight", _ih, 0),
+            Tensor("model.layers.{L}.input_layernorm.weight", hidden),
+            Tensor("model.layers.{L}.attention.query_key_value.weight", qkv_weight, -1),
+            Tensor("model.layers.{L}.attention.dense.weight", hidden_by_hidden, 0),
+            Tensor("model.layers.{L}.post_attention_layernorm.weight", hidden),
+            Tensor("model.layers.{L}.mlp.gate_proj.weight", hidden_by_inter, -1),
+            Tensor("model.layers.{L}.mlp.up_proj.weight", hidden_by_inter, -1),
+            Tensor("model.layers.{L}.mlp.down_proj.weight", inter_by_hidden, 0),
         ],
         extra_params=_llama_extra,
     ),
@@ -321,11 +335,11 @@ FAMILIES: dict[str, Family] = {
             "vocab": ("vocab_size",),
         },
         global_tensors=lambda p: [
-            Tensor("model.wte", _vh),
-            *_layernorm("model.pre_decoder_layernorm"),
-            *_layernorm("model.final_layernorm"),
+            Tensor("model.wte", vocab_by_hidden),
+            *layernorm("model.pre_decoder_layernorm"),
+            *layernorm("model.final_layernorm"),
         ],
-        layer_tensors=lambda p: list(_GPT_LAYER),
+        layer_tensors=lambda p: list(GPT_LAYER),
         extra_params=_bloom_extra,
     ),
 }

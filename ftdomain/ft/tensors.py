@@ -6,12 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ftdomain.ft.sizes import positive_int, require_params
-
-if TYPE_CHECKING:  # the registry imports this module
-    from ftdomain.ft.families import Family
 
 
 @dataclass(frozen=True)
@@ -38,70 +35,71 @@ class Tensor:
     split_axis: int | None = None
 
 
-def _h(d: Dims) -> tuple[int, ...]:
+# The shapes of the tensors, from the model's sizes (the families' registry names them).
+def hidden(d: Dims) -> tuple[int, ...]:
     return (d.hidden,)
 
 
-def _hh(d: Dims) -> tuple[int, ...]:
+def hidden_by_hidden(d: Dims) -> tuple[int, ...]:
     return (d.hidden, d.hidden)
 
 
-def _qkv_w(d: Dims) -> tuple[int, ...]:
+def qkv_weight(d: Dims) -> tuple[int, ...]:
     return (d.hidden, 3, d.hidden)
 
 
-def _qkv_b(d: Dims) -> tuple[int, ...]:
+def qkv_bias(d: Dims) -> tuple[int, ...]:
     return (3, d.hidden)
 
 
-def _hi(d: Dims) -> tuple[int, ...]:
+def hidden_by_inter(d: Dims) -> tuple[int, ...]:
     return (d.hidden, d.inter)
 
 
-def _i(d: Dims) -> tuple[int, ...]:
+def inter(d: Dims) -> tuple[int, ...]:
     return (d.inter,)
 
 
-def _ih(d: Dims) -> tuple[int, ...]:
+def inter_by_hidden(d: Dims) -> tuple[int, ...]:
     return (d.inter, d.hidden)
 
 
-def _vh(d: Dims) -> tuple[int, ...]:
+def vocab_by_hidden(d: Dims) -> tuple[int, ...]:
     return (d.vocab, d.hidden)
 
 
-def _v(d: Dims) -> tuple[int, ...]:
+def vocab(d: Dims) -> tuple[int, ...]:
     return (d.vocab,)
 
 
-def _ph(d: Dims) -> tuple[int, ...]:
+def positions_by_hidden(d: Dims) -> tuple[int, ...]:
     return (d.max_pos, d.hidden)
 
 
-def _layernorm(prefix: str, bias: bool = True) -> list[Tensor]:
-    return [Tensor(f"{prefix}.weight", _h)] + ([Tensor(f"{prefix}.bias", _h)] if bias else [])
+def layernorm(prefix: str, bias: bool = True) -> list[Tensor]:
+    return [Tensor(f"{prefix}.weight", hidden)] + ([Tensor(f"{prefix}.bias", hidden)] if bias else [])
 
 
 # Layer tensors shared by the GPT-style families (gpt, bloom, gptneox): QKV with bias, a
 # dense output, a two-matrix MLP with biases. Split: QKV and MLP-up on their output axis
 # (-1), attention-out and MLP-down on their input axis (0).
-_QKV = [
-    Tensor("model.layers.{L}.attention.query_key_value.weight", _qkv_w, -1),
-    Tensor("model.layers.{L}.attention.query_key_value.bias", _qkv_b, -1),
+QKV = [
+    Tensor("model.layers.{L}.attention.query_key_value.weight", qkv_weight, -1),
+    Tensor("model.layers.{L}.attention.query_key_value.bias", qkv_bias, -1),
 ]
-_MLP_UP = [
-    Tensor("model.layers.{L}.mlp.dense_h_to_4h.weight", _hi, -1),
-    Tensor("model.layers.{L}.mlp.dense_h_to_4h.bias", _i, -1),
-    Tensor("model.layers.{L}.mlp.dense_4h_to_h.weight", _ih, 0),
+MLP_UP = [
+    Tensor("model.layers.{L}.mlp.dense_h_to_4h.weight", hidden_by_inter, -1),
+    Tensor("model.layers.{L}.mlp.dense_h_to_4h.bias", inter, -1),
+    Tensor("model.layers.{L}.mlp.dense_4h_to_h.weight", inter_by_hidden, 0),
 ]
-_GPT_LAYER = [
-    *_layernorm("model.layers.{L}.input_layernorm"),
-    *_QKV,
-    Tensor("model.layers.{L}.attention.dense.weight", _hh, 0),
-    Tensor("model.layers.{L}.attention.dense.bias", _h),
-    *_layernorm("model.layers.{L}.post_attention_layernorm"),
-    *_MLP_UP,
-    Tensor("model.layers.{L}.mlp.dense_4h_to_h.bias", _h),
+GPT_LAYER = [
+    *layernorm("model.layers.{L}.input_layernorm"),
+    *QKV,
+    Tensor("model.layers.{L}.attention.dense.weight", hidden_by_hidden, 0),
+    Tensor("model.layers.{L}.attention.dense.bias", hidden),
+    *layernorm("model.layers.{L}.post_attention_layernorm"),
+    *MLP_UP,
+    Tensor("model.layers.{L}.mlp.dense_4h_to_h.bias", hidden),
 ]
 
 
@@ -115,7 +113,15 @@ def dims(params: Mapping[str, Any], filter_name: str) -> Dims:
     )
 
 
-def weight_files(family: Family, params: Mapping[str, Any], tp: int) -> list[tuple[str, Tensor, int | None]]:
+class HasTensors(Protocol):
+    """What weight_files reads of a family (ftdomain.ft.families.Family): its tensors from its
+    parameters."""
+
+    global_tensors: Callable[[Mapping[str, Any]], list[Tensor]]
+    layer_tensors: Callable[[Mapping[str, Any]], list[Tensor]]
+
+
+def weight_files(family: HasTensors, params: Mapping[str, Any], tp: int) -> list[tuple[str, Tensor, int | None]]:
     """Every (file name, tensor, rank) of a `<tp>-gpu` directory; rank None when replicated."""
     num_layer = positive_int(params.get("num_layer"), "params.num_layer", "ft_expected_files")
     files: list[tuple[str, Tensor, int | None]] = []

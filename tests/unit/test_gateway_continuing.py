@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from ftgateway.config import ConfigError, Settings
-from ftgateway.continuing import Peer, broken, continued_sampling, peers_of
+from ftgateway.config import ConfigError, Peer, Settings, peers_of
+from ftgateway.continuing import broken, continued_sampling
 from ftgateway.errors import PeerFailed
 from ftgateway.sampling import UINT64_MAX, Sampling
 
