@@ -20,14 +20,28 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 IMPORT = "ansible.builtin.import_playbook"
+GIVEN = re.compile(r"\{\{ *(\w+) *(?:\| *default\([^)]*\) *)?\}\}")
 
 
-def plays_of(path: Path) -> list[dict[str, Any]]:
-    """The plays of a playbook, those of the playbooks it imports in their place."""
-    plays = []
+def plays_of(path: Path, given: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The plays of a playbook, those of the playbooks it imports in their place; an import's
+    vars (playbooks/rollout.yml's wave_hosts and wave_name) written into its plays' names and
+    hosts, as Ansible shows them."""
+    plays, given = [], given or {}
     for entry in yaml.safe_load(path.read_text()):
-        plays += plays_of(path.parent / entry[IMPORT]) if IMPORT in entry else [entry]
+        if IMPORT in entry:
+            plays += plays_of(path.parent / entry[IMPORT], {**given, **(entry.get("vars") or {})})
+        else:
+            plays.append({**entry, **{key: _given(entry[key], given) for key in ("name", "hosts") if key in entry}})
     return plays
+
+
+def _given(text: Any, given: Mapping[str, Any]) -> Any:
+    """`text` with each `{{ name }}` (or `{{ name | default(...) }}`) of a given variable replaced by
+    its value."""
+    if not isinstance(text, str):
+        return text
+    return GIVEN.sub(lambda m: str(given[m[1]]) if m[1] in given else m[0], text)
 
 
 def stage_of_play() -> dict[str, str]:

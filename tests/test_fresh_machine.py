@@ -23,7 +23,7 @@ load in the recording rules, an alert firing and resolving and `ftfleet report` 
 molecule/site, whose Prometheus runs on a host of its own.) A second `make lab` is not run here:
 that a second run of site.yml changes nothing is molecule/site's idempotence step, on more roles
 than the lab has, and it cost this test 110 to 200 s of the suite's critical lane
-(docs/testing.md, "Where the time goes")."""
+(docs/testing.md, "Timing")."""
 
 from __future__ import annotations
 

@@ -348,7 +348,7 @@ def test_a_killed_conversion_leaves_the_old_shards_and_the_next_run_completes(tm
 def test_the_layer_norms_use_fts_own_epsilon_where_ft_fixes_it(tmp_path, family, fixed):
     """FT's GPT-J and GPT-NeoX models ignore config.ini's layernorm_eps (GptJ.h: 1e-6,
     GptNeoX.h: 1e-5; on an H200 a config.ini with layernorm_eps = 0.5 left GPT-NeoX's tokens
-    unchanged and changed GPT's, docs/testing.md "The GPU tier"): the stand-in decodes with FT's
+    unchanged and changed GPT's, docs/gpu-tier.md): the stand-in decodes with FT's
     constant too, so a checkpoint whose epsilon differs is served here as FT serves it."""
     make_model(tmp_path / "hf", family)
     shards = convert(tmp_path / "hf", tmp_path / "ft", family, 1, "fp32", workers=1, log=lambda _m: None)

@@ -12,7 +12,7 @@ import yaml
 from conftest import ROOT, run_playbook
 
 from ftfleet import rollout
-from ftfleet.events import Run, rollout_plays
+from ftfleet.events import Run, plays_of, rollout_plays
 
 FORMS = [1, 3, "25%", "30%", "100%", [1, "50%"], [1, 2, "40%"], [2, 5]]
 
@@ -85,18 +85,44 @@ def test_an_apply_records_each_restart_and_the_hosts_the_rollout_batches(tmp_pat
     assert rollout.restart_seconds(runs) == {"h1": 27.5, "h2": 20.0}  # the newest run's time first
 
 
+def anchors_and_aliases(path) -> list[str]:
+    """The YAML anchors and aliases of a file, as `&name` and `*name`."""
+    found = []
+    for event in yaml.parse(path.read_text()):
+        if isinstance(event, yaml.AliasEvent):
+            found.append(f"*{event.anchor}")
+        elif getattr(event, "anchor", None):
+            found.append(f"&{event.anchor}")
+    return found
+
+
 def test_the_rollout_reads_top_down_in_one_playbook():
-    """site.yml's models and serve stages are one playbook whose plays are the rollout's steps, in
-    order, each named; no playbook is imported twice, no switch variable is set from outside, and
-    both batched plays (the canaries' wave and the waiting hosts') are found for the report."""
+    """site.yml's models and serve stages are one playbook whose entries are the rollout's steps,
+    numbered in order as its header and docs/architecture.md number them; a wave's plays are
+    written once and imported with explicit variables, without YAML anchors; no switch variable is
+    set from outside, and both batched plays (the canaries' wave and the waiting hosts') are found
+    for the report."""
     site = yaml.safe_load((ROOT / "site.yml").read_text())
     imported = [entry["ansible.builtin.import_playbook"] for entry in site]
     assert len(imported) == len(set(imported))
     assert "playbooks/rollout.yml" in imported
     assert all(set(entry) == {"name", "ansible.builtin.import_playbook"} for entry in site), site
-    plays = yaml.safe_load((ROOT / "playbooks" / "rollout.yml").read_text())
-    assert not any("ansible.builtin.import_playbook" in play or "import_playbook" in play for play in plays)
-    steps = [(play["tags"][0], play["name"]) for play in plays]
+    path = ROOT / "playbooks" / "rollout.yml"
+    text = path.read_text()
+    # "# N" above each step's entries: 1 to 7 in order (the load balancers' step is two plays)
+    numbered = [int(n) for n in re.findall(r"^# (\d+)$", text, re.MULTILINE)]
+    assert numbered == list(range(1, 8))
+    assert [int(n) for n in re.findall(r"^#   (\d) ", text, re.MULTILINE)] == numbered  # the header
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    assert [int(n) for n in re.findall(r"^ \|    (\d) (?:models|serve)", architecture, re.MULTILINE)] == numbered
+    waves = [entry for entry in yaml.safe_load(text) if "ansible.builtin.import_playbook" in entry]
+    assert [entry["ansible.builtin.import_playbook"] for entry in waves] == ["rollout-models.yml",
+                                                                            "rollout-serve.yml"] * 2  # fmt: skip
+    assert all(set(entry["vars"]) == {"wave_hosts", "wave_name"} for entry in waves)
+    for name in ("rollout.yml", "rollout-models.yml", "rollout-serve.yml", "tasks/rollout-turn.yml"):
+        assert anchors_and_aliases(ROOT / "playbooks" / name) == [], name
+    steps = [(play["tags"][0], play["name"]) for play in plays_of(path)]
+    assert len({name for _, name in steps}) == len(steps), "each play's name is its own"
     order = [tag for tag, _ in steps]
     first_serve, judge = order.index("serve"), [name for _, name in steps].index("Judge the canaries")
     assert order[:first_serve] == ["models", "models"]  # elect, prepare the first wave
@@ -105,6 +131,12 @@ def test_the_rollout_reads_top_down_in_one_playbook():
     names, serving = rollout_plays()
     assert len(names) == 2
     assert all(name in serving for name in names)
-    text = (ROOT / "playbooks" / "rollout.yml").read_text() + (ROOT / "site.yml").read_text()
+    text += (ROOT / "site.yml").read_text()
     for switch in ("__fleet_serve_follows", "__models_hosts", "__serve_hosts"):
         assert switch not in text
+
+
+def test_the_anchor_finder_finds_them(tmp_path):
+    path = tmp_path / "a.yml"
+    path.write_text("- a: &x {b: 1}\n- c: *x\n")
+    assert anchors_and_aliases(path) == ["&x", "*x"]

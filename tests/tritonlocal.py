@@ -30,10 +30,19 @@ def server_errors(log: Path) -> str:
     return "\n".join([*errors[-20:], "...", *lines[-15:]])
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` different free ports on 127.0.0.1: each socket stays bound until all are chosen (one
+    at a time, the kernel may hand out the same port again: tritonserver then refused to start with
+    its HTTP and gRPC ports equal, a CI run's failure)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def make_tiny_model_module():
@@ -154,7 +163,7 @@ def tritonserver(repo: Path, work: Path, python: Path | None = None,
         shutil.copy(server / "python_backend_stubs" / version / "triton_python_backend_stub", backends / "python")
         (backends / "fastertransformer").mkdir()
         shutil.copy(ROOT / "ftnative" / "triton_model.py", backends / "fastertransformer" / "model.py")
-    ports = Server(*((ports.http, ports.grpc, ports.metrics) if ports else (free_port(), free_port(), free_port())),
+    ports = Server(*((ports.http, ports.grpc, ports.metrics) if ports else free_ports(3)),
                    work / "tritonserver.log")  # fmt: skip
     # The stub takes its prefix from the python3 on PATH (the virtualenv's, whose pyvenv.cfg
     # names its base) and links its base interpreter's libpython.

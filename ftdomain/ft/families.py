@@ -75,7 +75,7 @@ class Family:
     layer_tensors: Callable[[Mapping[str, Any]], list[Tensor]]
     extra_params: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]] = field(default=lambda hf, p: {})
     # The layer norms' epsilon where FT's model fixes it and ignores config.ini's layernorm_eps
-    # (GptJ.h, GptNeoX.h at df4a753; seen on an H200: docs/testing.md, "The GPU tier").
+    # (GptJ.h, GptNeoX.h at df4a753; seen on an H200: docs/gpu-tier.md).
     fixed_layernorm_eps: float | None = None
     # Rotary embedding in GPT-NeoX's style (the dimension's two halves rotated together, not
     # neighbouring pairs): FT's decoder attention takes neox_rotary_style for GptNeoX and void-main's

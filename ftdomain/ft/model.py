@@ -167,7 +167,7 @@ _KERNELS = "decoder_masked_multihead_attention.cu"
 # NVIDIA/FasterTransformer df4a753 and void-main's fork alike): every token after the first is
 # generated with a wrong rotation. Seen on an H200: a GPT-NeoX of 2 heads of 32 at fp32 gave
 # transformers' greedy tokens but other log probabilities (cum -0.121 against -0.023) and another
-# second beam (docs/testing.md, "The GPU tier").
+# second beam (docs/gpu-tier.md).
 _UTILS = "decoder_masked_multihead_attention_utils.h"
 
 

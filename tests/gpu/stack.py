@@ -55,10 +55,18 @@ NEW_TOKENS = 16
 LOGPROB_TOLERANCE = check.LOGPROB_TOLERANCE
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` different free ports: each socket stays bound until all are chosen (one at a time,
+    the kernel may hand out the same port twice)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def lab_checkpoint(family: str, where: Path) -> tuple:
@@ -91,7 +99,7 @@ def make_checkpoint(family: str, where: Path, lab: bool = False) -> tuple:
 def tritonserver(args, repo: Path, work: Path):
     """The wheel's tritonserver on 127.0.0.1 with `repo`; the stub runs on --stub-python (the
     serving image's numpy 1.x: the r24.10 stub misreads BYTES tensors under numpy 2)."""
-    http, grpc, metrics = free_port(), free_port(), free_port()
+    http, grpc, metrics = free_ports(3)
     log = work / f"tritonserver-{repo.name}.log"
     env = {
         **os.environ,

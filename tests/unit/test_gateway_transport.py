@@ -34,7 +34,7 @@ def test_beams_come_best_first_with_their_lengths_and_log_probs():
 
 
 def test_a_sequence_length_past_the_output_ids_is_an_error():
-    # FT's streamed GPT-NeoX answered so before the recipe's GptNeoX.cc edit (docs/testing.md).
+    # FT's streamed GPT-NeoX answered so before the recipe's GptNeoX.cc edit (docs/gpu-tier.md).
     answer = Answer(output_ids=np.arange(12, dtype=np.uint32).reshape(1, 1, 12),
                     sequence_length=np.array([[14]], dtype=np.uint32))  # fmt: skip
     with pytest.raises(InferenceServerException, match="sequence_length 14 past its 12 output_ids"):
