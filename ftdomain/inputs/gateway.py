@@ -41,7 +41,7 @@ def _key_field_problems(label: str, item: Mapping[str, Any]) -> list[str]:
 
 def _rounds_problems(v: Mapping[str, Any]) -> list[str]:
     """A slice as long as the longest answer the gateway lets through slices nothing: rounds would
-    be on in name only (docs/serving-front.md, "Rounds")."""
+    be on in name only (docs/gateway.md, "Rounds")."""
     slices, most = v.get("gateway_slice_tokens", 0), v.get("gateway_max_tokens")
     if isinstance(slices, int) and isinstance(most, int) and 0 < most <= slices:
         return [f"gateway_slice_tokens={slices}: not below gateway_max_tokens={most}, so no answer is ever sliced "
