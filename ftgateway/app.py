@@ -2,8 +2,6 @@
 /generate, /healthz (and /health) and /metrics: the routes and their wiring. What a request may ask is
 protocol.py's, how it is served serving.py's, what stands around every route middleware.py's."""
 
-import time
-import uuid
 from contextlib import asynccontextmanager
 from typing import Annotated, Optional
 
@@ -17,7 +15,7 @@ from . import chat, internal
 from .config import Key, Settings
 from .errors import BUSY_STATUS_HEADER, REFUSED_HEADER, ApiError
 from .middleware import BodyLimitAndCounts, Metrics
-from .protocol import CompletionRequest, GenerateRequest, usage, validation_error
+from .protocol import CompletionRequest, GenerateRequest, validation_error
 from .rounds import Abandoned
 from .serving import Gateway
 from .tokenizing import Tokenizing
@@ -75,24 +73,11 @@ def create_app(settings: Settings, triton: Optional[Triton] = None) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: chat.ChatRequest, asker: Caller, request: Request):
-        arrived = time.monotonic()
-        generate = gw.chat_prompt(body)
-        job = gw.job(generate)
-        held = await gw.admission.hold(caller(asker))
-        if body.stream:
-            return await gw.streamed(body, [job], held, arrived)
-        result = await gw.answered(job, held, request.is_disconnected)
-        answer = chat.answer(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), settings.model, result.text,
-                             finish=result.finish_reason, usage=usage(result),
-                             fingerprint=gw.fingerprint())  # fmt: skip
-        return gw.whole(answer, arrived)
+        return await gw.chat(body, caller(asker), request.is_disconnected)
 
     @app.post("/generate")
     async def generate(body: GenerateRequest, asker: Caller, request: Request):
-        job = gw.job(body)
-        result = await gw.answered(job, await gw.admission.hold(caller(asker)), request.is_disconnected)
-        return {"model": settings.model, "prompt": body.prompt, "text": result.text,
-                "finish_reason": result.finish_reason, "usage": usage(result)}  # fmt: skip
+        return await gw.generate(body, caller(asker), request.is_disconnected)
 
     internal.add_routes(app, gw)
 

@@ -13,6 +13,8 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from .sampling import SamplingFields
+
 Number = Union[StrictInt, StrictFloat]
 ROLES = ("system", "user", "assistant")
 
@@ -33,8 +35,9 @@ class Message(BaseModel):
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
-class ChatRequest(BaseModel):
-    """OpenAI's chat completions request: every parameter honoured or refused with a 400 (REFUSED)."""
+class ChatRequest(SamplingFields):
+    """OpenAI's chat completions request: every parameter honoured or refused with a 400 (REFUSED);
+    those FT takes as they are from sampling.DIRECT."""
 
     model_config = ConfigDict(extra="forbid")
     model: StrictStr
@@ -46,13 +49,11 @@ class ChatRequest(BaseModel):
     top_k: StrictInt = Field(0, ge=0)  # not OpenAI's; FT's, as vLLM and TGI accept it
     stop: Union[StrictStr, list[StrictStr], None] = None
     seed: Optional[StrictInt] = Field(None, ge=0)
-    repetition_penalty: Number = 1.0  # not OpenAI's; FT's
     stream: StrictBool = False
     stream_options: Optional[dict[str, StrictBool]] = None
     n: StrictInt = 1
     logprobs: StrictBool = False
     top_logprobs: Optional[StrictInt] = None
-    presence_penalty: Number = 0
     frequency_penalty: Number = 0
     logit_bias: Optional[dict[str, Number]] = None  # -100 bans a token (FT's bad words); other values refused
     bad_words: Union[StrictStr, list[StrictStr], None] = None  # vLLM's extra: FT's bad_words_list
@@ -79,7 +80,6 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
     ("logprobs", lambda r: r.logprobs or r.top_logprobs is not None,
      "logprobs are served by /v1/completions (FT's output_log_probs), not yet in chat's shape"),
     *STREAM_OPTIONS_REFUSED,
-    ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
 ]  # fmt: skip
 

@@ -35,7 +35,7 @@ from tritonclient.utils import InferenceServerException
 
 from .config import Peer, Settings
 from .errors import UNAVAILABLE, UNLOADING, PeerFailed, bearer_token
-from .sampling import UINT64_MAX, Sampling
+from .sampling import Sampling, continued
 from .triton import Step, Tokens
 
 CONTINUE, DETOKENIZE = "/internal/v1/continue", "/internal/v1/detokenize"
@@ -59,15 +59,6 @@ def broken(err: BaseException) -> bool:
     if isinstance(err, PeerFailed):
         return err.broken
     return isinstance(err, OSError) and not isinstance(err, TimeoutError)
-
-
-def continued_sampling(params: Sampling, generated: int) -> Sampling:
-    """The sampling inputs of a continuation after `generated` tokens: FT's seed advanced by them
-    (a sampled continuation of the same request from the same point draws the same), the end id's
-    mask (min_length, counted from the request's first token) shortened by them."""
-    least = params.min_length - generated
-    return dataclasses.replace(params, random_seed=(params.random_seed + generated) % (UINT64_MAX + 1),
-                               min_length=least if least > 1 else 0)  # fmt: skip
 
 
 def _word_list(array: np.ndarray | None) -> list | None:
@@ -151,7 +142,7 @@ class Continuation:
         if owed <= 0:  # every token was generated; only tritonserver's last word was lost
             return
         body = {"model": self.continuing.model, "ids": ids.tolist(), "max_tokens": owed,
-                "sampling": dataclasses.asdict(continued_sampling(params, generated)),
+                "sampling": dataclasses.asdict(continued(params, generated)),
                 "stop_ids": _word_list(tokens.stop_ids), "bad_ids": _word_list(tokens.bad_ids),
                 "revision": self.revision}  # fmt: skip
         reasons = []

@@ -20,7 +20,7 @@ from .rounds import Clients, Rounds, Seat
 from .sampling import Sampling
 from .tokenizing import Tokenizing
 from .tokens import sequences_of, word_list_of
-from .triton import Step, Tokens
+from .triton import Step, Tokens, closing
 
 
 @dataclass
@@ -237,18 +237,19 @@ class Generation:
             sent, text, length, stopped = 0, "", tokens.count, False
             hold, last, so_far = max((len(s) for s in stops), default=1) - 1, None, TextSoFar(tokens.count)
             moving = Moving(self.backend)
-            async for step in self._steps(tokens, job, moving, seat or Clients()):
-                length, last = step.sequence_length, step
-                if last_only or not await self._advance(tokens, step, so_far, moving.decoder):
-                    continue
-                text, stopped = cut_at_stop(so_far.text, stops)
-                # Send what can no longer change: not a possible stop's start.
-                safe = len(text) if stopped else max(sent, len(text) - hold)
-                if safe > sent:
-                    yield text[sent:safe], None, Count(tokens.count, length - tokens.count)
-                    sent = safe
-                if stopped:
-                    break
+            async with closing(self._steps(tokens, job, moving, seat or Clients())) as steps:
+                async for step in steps:
+                    length, last = step.sequence_length, step
+                    if last_only or not await self._advance(tokens, step, so_far, moving.decoder):
+                        continue
+                    text, stopped = cut_at_stop(so_far.text, stops)
+                    # Send what can no longer change: not a possible stop's start.
+                    safe = len(text) if stopped else max(sent, len(text) - hold)
+                    if safe > sent:
+                        yield text[sent:safe], None, Count(tokens.count, length - tokens.count)
+                        sent = safe
+                    if stopped:
+                        break
             if not stopped and last is not None:
                 # The whole completion decoded once: a partial character at the end, or a
                 # tokenizer whose windows did not add up, ends as the whole sequence reads.
@@ -286,12 +287,13 @@ class Generation:
         source, last = self.steps(tokens, job.max_tokens, job.params, seat), None
         while True:
             try:
-                async for step in source:
-                    took = moving.clock.took()
-                    if took is not None and self.moved is not None:
-                        self.moved.continued(took)
-                    last = step
-                    yield step
+                async with closing(source):
+                    async for step in source:
+                        took = moving.clock.took()
+                        if took is not None and self.moved is not None:
+                            self.moved.continued(took)
+                        last = step
+                        yield step
                 return
             except (InferenceServerException, OSError, PeerFailed) as err:
                 cause = failure_cause(err)

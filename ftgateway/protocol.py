@@ -6,11 +6,12 @@ import json
 from typing import Annotated, Any, Optional, Union
 
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from . import chat
 from .errors import ApiError
 from .generation import Result
+from .sampling import SamplingFields
 
 Number = Union[StrictInt, StrictFloat]
 # A completions request's prompts at most: each is its own generation, all at once (FT batches
@@ -20,8 +21,9 @@ BUFFERED = ("buffered: the fastertransformer model is not decoupled (triton_mode
             "so the whole answer comes in one chunk")  # fmt: skip
 
 
-class GenerateRequest(BaseModel):
-    """The tutorial's simple form: a prompt and the sampling parameters, text back."""
+class GenerateRequest(SamplingFields):
+    """The tutorial's simple form: a prompt and the sampling parameters, text back (those FT takes
+    as they are, repetition_penalty and presence_penalty, from sampling.DIRECT)."""
 
     model_config = ConfigDict(extra="forbid")
     prompt: StrictStr
@@ -31,8 +33,6 @@ class GenerateRequest(BaseModel):
     top_p: Number = Field(1.0, ge=0, le=1)
     stop: Union[StrictStr, list[StrictStr], None] = None
     seed: Optional[StrictInt] = Field(None, ge=0)
-    # Not OpenAI's, but FT's, and accepted by other OpenAI-compatible servers (vLLM, TGI) as an extra.
-    repetition_penalty: Number = 1.0
     # vLLM's extra: text never generated (FT's bad_words_list); OpenAI's logit_bias bans a token id
     # with -100 (the one bias FT can apply: generation.banned_ids).
     bad_words: Union[StrictStr, list[StrictStr], None] = None
@@ -60,7 +60,6 @@ class CompletionRequest(GenerateRequest):
     logprobs: Optional[StrictInt] = None
     echo: StrictBool = False
     suffix: Optional[StrictStr] = None
-    presence_penalty: Number = 0
     frequency_penalty: Number = 0
     user: Optional[StrictStr] = None  # the caller's end user: logged nowhere, accepted as OpenAI does
 
@@ -85,7 +84,6 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
      "cannot be combined with echo"),
     *chat.STREAM_OPTIONS_REFUSED,
     ("suffix", lambda r: r.suffix is not None, "suffix (insertion) is not supported by decoder-only FT models"),
-    ("presence_penalty", lambda r: r.presence_penalty != 0, "presence_penalty is not supported by the FT model"),
     ("frequency_penalty", lambda r: r.frequency_penalty != 0, "frequency_penalty is not supported by the FT model"),
 ]  # fmt: skip
 

@@ -4,7 +4,7 @@ FT runs a batch to its end and cannot stop or pre-empt a generation: a request t
 batch decodes waits for all of it, a short answer's place stays empty until the longest one in its
 batch ends, and a client that leaves keeps its GPU decoding. So the gateway asks tritonserver for at
 most `slice_tokens` (S) new tokens at a time and carries each generation on from its prompt and the
-tokens generated so far, with the continuation's sampling inputs (continuing.continued_sampling:
+tokens generated so far, with the continuation's sampling inputs (sampling.continued:
 the seed advanced by the tokens generated, min_length shortened by them; stop and bad words and the
 repetition penalty, which FT applies over the whole sequence, carried as they are). It starts the
 next slices of its running generations together, with the requests admitted meanwhile, so that
@@ -34,8 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .continuing import continued_sampling
-from .sampling import Sampling
+from .sampling import Sampling, continued
 from .triton import Step, Tokens
 
 # A round takes slices sent within this long after it started (they reach Triton's dynamic batcher
@@ -169,7 +168,7 @@ class Rounds:
                 width = await self.wait(held)
                 ask = min(self.slice_tokens, max_tokens - so_far.generated)
                 part = so_far.tokens(width if width + ask <= context else 0)
-                source = generate(part, ask, continued_sampling(params, so_far.generated))
+                source = generate(part, ask, continued(params, so_far.generated))
                 granted = True
                 try:
                     async for answered in source:

@@ -34,11 +34,15 @@ from .protocol import (
     usage_of,
 )
 from .rounds import Abandoned, Clients, Rounds
-from .sampling import SamplingError, sampling
+from .sampling import SamplingError, of_request, sampling
 from .tokenizing import Tokenizing
 from .tokens import end_id, files_fingerprint, special_ids, vocabulary_size
 
 log = logging.getLogger("uvicorn.error")  # uvicorn's own log: the unit's journal
+# A chat request's fields that its completion takes as they are: every one of the same name but
+# the prompt (the rendered conversation) and max_tokens (chat's two names for it).
+CHAT_AS_GENERATE = tuple(sorted(set(GenerateRequest.model_fields) & set(chat.ChatRequest.model_fields)
+                                - {"prompt", "max_tokens"}))  # fmt: skip
 
 
 class Gateway:
@@ -172,8 +176,8 @@ class Gateway:
         least = min_length(body.min_tokens, body.ignore_eos, body.max_tokens, best_of or n)
         try:
             params = sampling(float(body.temperature), body.top_k, float(body.top_p), body.seed,
-                              fallback_seed=secrets.randbits(63), repetition_penalty=float(body.repetition_penalty),
-                              log_probs=getattr(body, "logprobs", None) is not None, min_length=least)  # fmt: skip
+                              fallback_seed=secrets.randbits(63), log_probs=getattr(body, "logprobs", None) is not None,
+                              min_length=least, **of_request(body))  # fmt: skip
         except SamplingError as err:
             raise ApiError(400, str(err), param=err.param) from err
         prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
@@ -196,11 +200,8 @@ class Gateway:
             prompt = self.chat_template.render(body.messages)
         except chat.ChatError as err:
             raise ApiError(400, str(err), param=err.param) from err
-        return GenerateRequest(prompt=prompt, max_tokens=chat.max_tokens(body), temperature=body.temperature,
-                               top_k=body.top_k, top_p=body.top_p, stop=body.stop, seed=body.seed,
-                               repetition_penalty=body.repetition_penalty, bad_words=body.bad_words,
-                               logit_bias=body.logit_bias, min_tokens=body.min_tokens,
-                               ignore_eos=body.ignore_eos)  # fmt: skip
+        same = {name: getattr(body, name) for name in CHAT_AS_GENERATE}
+        return GenerateRequest(prompt=prompt, max_tokens=chat.max_tokens(body), **same)
 
     async def completion(self, body: CompletionRequest, caller: str,
                          gone: Optional[Callable[[], Awaitable[bool]]] = None) -> Any:  # fmt: skip
@@ -232,6 +233,29 @@ class Gateway:
         answer = {"id": ident, "object": "text_completion", "created": created, "model": model,
                   "system_fingerprint": self.fingerprint(), "choices": choices, "usage": billed}  # fmt: skip
         return self.whole(answer, arrived)
+
+    async def chat(self, body: chat.ChatRequest, caller: str,
+                   gone: Optional[Callable[[], Awaitable[bool]]] = None) -> Any:  # fmt: skip
+        """/v1/chat/completions: the conversation as the completion it is (chat_prompt), a slot
+        for `caller`, then chat's whole answer or its stream."""
+        arrived = time.monotonic()
+        job = self.job(self.chat_prompt(body))
+        held = await self.admission.hold(caller)
+        if body.stream:
+            return await self.streamed(body, [job], held, arrived)
+        result = await self.answered(job, held, gone)
+        answer = chat.answer(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), self.settings.model, result.text,
+                             finish=result.finish_reason, usage=usage(result),
+                             fingerprint=self.fingerprint())  # fmt: skip
+        return self.whole(answer, arrived)
+
+    async def generate(self, body: GenerateRequest, caller: str,
+                       gone: Optional[Callable[[], Awaitable[bool]]] = None) -> dict[str, Any]:  # fmt: skip
+        """/generate (the tutorial's form): a slot for `caller`, then the text."""
+        job = self.job(body)
+        result = await self.answered(job, await self.admission.hold(caller), gone)
+        return {"model": self.settings.model, "prompt": body.prompt, "text": result.text,
+                "finish_reason": result.finish_reason, "usage": usage(result)}  # fmt: skip
 
     def whole(self, answer: dict[str, Any], arrived: float) -> JSONResponse:
         """A whole answer (completions' or chat's), judged for goodput (its first text is all of

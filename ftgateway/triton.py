@@ -11,6 +11,7 @@ whole sequence.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -19,9 +20,36 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from .sampling import Sampling
+from .sampling import Sampling, ft_inputs
 
 MODELS = ("preprocessing", "fastertransformer", "postprocessing")
+
+
+@contextlib.asynccontextmanager
+async def closing(steps: AsyncIterator) -> AsyncIterator:
+    """An async generator closed when the block ends, however it ends (contextlib.aclosing is
+    Python 3.10's; hosts have 3.9). A generation whose reader stopped (a client that left, a
+    slice's end) closes each layer under it down to its gRPC stream at once, which tritonserver
+    sees as the request's cancellation, rather than whenever the collector finalizes them."""
+    try:
+        yield steps
+    finally:
+        await steps.aclose()
+
+
+async def _stop(stream) -> None:
+    """A gRPC stream left before its end, cancelled at once rather than when its call is
+    collected: tritonserver sees the request cancelled (tritonclient's iterator cancels its call;
+    an async generator is closed). Never after the final response: cancelling a finished
+    decoupled stream broke the pinned tritonserver's connection ("Stream removed")."""
+    if hasattr(stream, "cancel"):
+        stream.cancel()
+    elif hasattr(stream, "aclose"):
+        await stream.aclose()
+
+
+# Triton's types of the sampling inputs (sampling.Sampling's fields) as numpy's.
+NUMPY = {"UINT32": np.uint32, "UINT64": np.uint64, "INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_}
 
 
 # gRPC waits longer and longer between attempts to reach a server that refuses (up to 120 s by
@@ -220,17 +248,8 @@ class Triton:
             _tensor("input_ids", tokens.ids, "UINT32"),
             _tensor("input_lengths", one(tokens.count, np.uint32), "UINT32"),
             _tensor("request_output_len", one(max_tokens, np.uint32), "UINT32"),
-            _tensor("runtime_top_k", one(params.runtime_top_k, np.uint32), "UINT32"),
-            _tensor("runtime_top_p", one(params.runtime_top_p, np.float32), "FP32"),
-            _tensor("temperature", one(params.temperature, np.float32), "FP32"),
-            _tensor("random_seed", one(params.random_seed, np.uint64), "UINT64"),
+            *(_tensor(name, one(value, NUMPY[dtype]), dtype) for name, dtype, value in ft_inputs(params)),
         ]
-        if params.log_probs:
-            inputs.append(_tensor("is_return_log_probs", one(True, np.bool_), "BOOL"))
-        if params.repetition_penalty != 1.0:
-            inputs.append(_tensor("repetition_penalty", one(params.repetition_penalty, np.float32), "FP32"))
-        if params.min_length:
-            inputs.append(_tensor("min_length", one(params.min_length, np.int32), "INT32"))
         if tokens.stop_ids is not None:
             inputs.append(_tensor("stop_words_list", tokens.stop_ids, "INT32"))
         if tokens.bad_ids is not None:
@@ -260,21 +279,30 @@ class Triton:
                 yield request
 
             try:
-                before = None
-                async for result, error in self.client.stream_infer(requests(), stream_timeout=self.timeout):
-                    if error is not None:
-                        raise error
-                    final = result.get_response().parameters.get("triton_final_response")
-                    if result.as_numpy("output_ids") is not None:
-                        length = int(result.as_numpy("sequence_length").max())
-                        if not self.final_response and before is not None and length <= before:
-                            return  # no new token: the sequence has ended
-                        yield result
-                        before = length
-                        if not self.final_response and length >= longest:
+                before, ended = None, False
+                stream = self.client.stream_infer(requests(), stream_timeout=self.timeout)
+                try:
+                    async for result, error in stream:
+                        if error is not None:
+                            raise error
+                        final = result.get_response().parameters.get("triton_final_response")
+                        if result.as_numpy("output_ids") is not None:
+                            length = int(result.as_numpy("sequence_length").max())
+                            if not self.final_response and before is not None and length <= before:
+                                ended = True
+                                return  # no new token: the sequence has ended
+                            yield result
+                            before = length
+                            if not self.final_response and length >= longest:
+                                ended = True
+                                return
+                        if final is not None and final.bool_param:
+                            ended = True
                             return
-                    if final is not None and final.bool_param:
-                        return
+                    ended = True
+                finally:
+                    if not ended:  # left mid-stream (a reader that stopped, a failure): cancel it now
+                        await _stop(stream)
             except grpc.RpcError as err:
                 # The stream's own failures (tritonserver killed mid-stream: UNAVAILABLE, "Stream
                 # removed") come as gRPC's error, not tritonclient's: the same error either way.
@@ -299,8 +327,10 @@ class Triton:
 
     async def generate(self, tokens: Tokens, max_tokens: int, params: Sampling) -> AsyncIterator[Step]:
         """The sequence so far, once per step the model answers (once in all unless decoupled)."""
-        async for result in self._answers(self._ft_inputs(tokens, max_tokens, params), tokens.count + max_tokens):
-            yield _step(result)
+        inputs = self._ft_inputs(tokens, max_tokens, params)
+        async with closing(self._answers(inputs, tokens.count + max_tokens)) as answers:
+            async for result in answers:
+                yield _step(result)
 
 
 def _beams(result) -> list[Step]:

@@ -38,6 +38,7 @@ class Decoding:
         top_p: float = 0.0,
         temperature: float = 1.0,
         repetition_penalty: float = 1.0,
+        presence_penalty: float = 0.0,
         seed: int = 0,
         end_id: int | None = None,
         stop: list[list[int]] | None = None,
@@ -51,7 +52,8 @@ class Decoding:
         decodes it. Per step: bad words banned (invokeBanBadWords: a word's last token when the
         sequence ends with the rest of it); logits divided by the temperature, then the repetition
         penalty over every token of the sequence, prompt included (BaseSamplingLayer: divided when
-        positive, multiplied when negative); then the full softmax, and
+        positive, multiplied when negative), or instead the presence penalty (subtracted once from
+        each such token's logit: FT's additive type); then the full softmax, and
         - top_k > 0 (TopKSamplingLayer): the k most likely tokens, one drawn with u * top_p * (their
           mass) walked down them (top_p 0 counts as 1; top_k 1 is greedy); output_log_probs is the
           token's log probability given the top-k set, cum_log_probs adds its full log probability;
@@ -74,7 +76,8 @@ class Decoding:
         banned = [w for w in (bad or []) if w]
         for new in range(1, max_new_tokens + 1):
             masked = end_id if end_id is not None and new < min_length else None
-            logprobs = self._log_probs(sequence, banned, temperature, repetition_penalty, masked)
+            logprobs = self._log_probs(sequence, banned, temperature, repetition_penalty, masked,
+                                       presence=presence_penalty)  # fmt: skip
             order = np.argsort(-logprobs, kind="stable")
             if k > 0:
                 order = order[:k]
@@ -98,7 +101,7 @@ class Decoding:
                 return
 
     def _log_probs(self, sequence: list[int], banned: list[list[int]], temperature: float, penalty: float,
-                   masked: int | None = None):  # fmt: skip
+                   masked: int | None = None, *, presence: float = 0.0):  # fmt: skip
         """The next token's log probabilities after FT's processing of the logits: bad words
         banned (DynamicDecodeLayer), then the temperature and the repetition penalty (the sampling
         and beam-search layers alike), then the end id `masked` below min_length (the sampling
@@ -110,10 +113,12 @@ class Decoding:
                 logits[word[-1]] = -np.inf
         if temperature != 1.0:
             logits = logits * (1.0 / (temperature + 1e-6))
+        seen = np.unique(np.asarray(sequence, dtype=np.int64))
         if penalty != 1.0:
-            seen = np.unique(np.asarray(sequence, dtype=np.int64))
             values = logits[seen]
             logits[seen] = np.where(values < 0, values * penalty, values / penalty)
+        elif presence != 0.0:  # FT takes one of the two (BaseSamplingLayer refuses both)
+            logits[seen] -= presence
         if masked is not None:
             logits[masked] = -np.inf
         logprobs = logits - logits.max()
@@ -129,6 +134,7 @@ class Decoding:
         diversity_rate: float = 0.0,
         temperature: float = 1.0,
         repetition_penalty: float = 1.0,
+        presence_penalty: float = 0.0,
         end_id: int | None = None,
         stop: list[list[int]] | None = None,
         bad: list[list[int]] | None = None,
@@ -155,7 +161,8 @@ class Decoding:
                 if beam.finished:
                     proposals.append((ranked(beam.cum, len(beam.tokens)), b, end_id, beam.cum))
                     continue
-                y = beam.cum + self._log_probs(beam.tokens, banned, temperature, repetition_penalty)
+                y = beam.cum + self._log_probs(beam.tokens, banned, temperature, repetition_penalty,
+                                               presence=presence_penalty)  # fmt: skip
                 for k, token in enumerate(np.argsort(-y, kind="stable")[:beam_width]):
                     score = ranked(float(y[token]), len(beam.tokens) + 1) + diversity_rate * k
                     proposals.append((score, b, int(token), float(y[token])))

@@ -80,9 +80,13 @@ class TritonPythonModel:
         for name in ("request_prompt_embedding", "request_prompt_lengths", "request_prompt_type"):
             if pb_utils.get_input_tensor_by_name(request, name) is not None:
                 raise ValueError(f"{name}: p-tuning prompts are not modelled by the CPU stand-in")
+        sent = [n for n in ("repetition_penalty", "presence_penalty") if pb_utils.get_input_tensor_by_name(request, n)]
+        if len(sent) == 2:  # BaseSamplingLayer's FT_CHECK: the two penalty types are one argument
+            raise ValueError("repetition_penalty and presence_penalty are mutually exclusive: send one of them")
         common = {
             "temperature": _scalar(request, "temperature", 1.0, float),
             "repetition_penalty": _scalar(request, "repetition_penalty", 1.0, float),
+            "presence_penalty": _scalar(request, "presence_penalty", 0.0, float),
             "end_id": _scalar(request, "end_id", self.end_id, int),
         }
         beam_width = _scalar(request, "beam_width", 1, int)

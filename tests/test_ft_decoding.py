@@ -1,12 +1,12 @@
 """The reference decoder decodes as FT's DynamicDecodeLayer does, proven against transformers.
 
 Where both implement the same rule the answers must agree token for token (and log probabilities
-within 1e-4): the repetition penalty (FT's BaseSamplingLayer, transformers'
-RepetitionPenaltyLogitsProcessor), bad words (invokeBanBadWords, NoBadWordsLogitsProcessor), the
-log probability of each chosen token (FT's softmax before sampling, transformers' scores). Where FT
-differs, the test pins FT's rule: with top-k sampling output_log_probs is the log probability
-given the top-k set (0 for greedy), cum_log_probs the full one; top_p_decay shrinks top_p after
-every token.
+within 1e-4): the presence penalty (FT's additive one, from transformers' raw logits), the
+repetition penalty (FT's BaseSamplingLayer, transformers' RepetitionPenaltyLogitsProcessor), bad
+words (invokeBanBadWords, NoBadWordsLogitsProcessor), the log probability of each chosen token
+(FT's softmax before sampling, transformers' scores). Where FT differs, the test pins FT's rule:
+with top-k sampling output_log_probs is the log probability given the top-k set (0 for greedy),
+cum_log_probs the full one; top_p_decay shrinks top_p after every token.
 """
 
 from __future__ import annotations
@@ -51,6 +51,24 @@ def test_repetition_penalty_equals_transformers(pair):
     expected, _ = hf_generate(model, repetition_penalty=1.8)
     assert expected != plain  # the penalty changes this model's answer: the comparison has teeth
     assert ours.generate(PROMPT, NEW, repetition_penalty=1.8) == expected
+
+
+def test_presence_penalty_is_subtracted_once_from_each_token_in_the_sequence(pair):
+    """FT's additive penalty (OpenAI's presence_penalty): every token already in the sequence,
+    prompt included, has the penalty subtracted from its logit once, however often it occurs
+    (batchApplyRepetitionPenalty's Additive type, after the temperature). Computed here from
+    transformers' raw logits at each step."""
+    model, ours = pair
+    plain, _ = hf_generate(model)
+    sequence = list(PROMPT)
+    with torch.no_grad():
+        for _ in range(NEW):
+            logits = model(torch.tensor([sequence])).logits[0, -1].double()
+            logits[sorted(set(sequence))] -= 1.5
+            sequence.append(int(torch.argmax(logits)))
+    expected = sequence[len(PROMPT) :]
+    assert expected != plain  # the penalty changes this model's answer: the comparison has teeth
+    assert ours.generate(PROMPT, NEW, presence_penalty=1.5) == expected
 
 
 def test_bad_words_equal_transformers(pair):

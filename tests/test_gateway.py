@@ -228,21 +228,31 @@ def test_ignore_eos_and_min_tokens_hold_the_end_of_text_back_and_usage_can_come_
     assert (wrong.status_code, wrong.json()["error"]["param"]) == (400, "stream_options"), wrong.text
 
 
-def test_repetition_penalty_reaches_the_model(front):
-    """FT's repetition_penalty as an extra parameter (as vLLM and TGI accept it): the greedy
-    completion equals the stand-in's own decoding with that penalty, and differs without it.
-    40 tokens, so that the plain decoding repeats some (a penalty changes nothing otherwise); the
-    penalty is the first of a few that changes this random model's decoding (the tiny model's
-    tokenizer learns from the docs, so its tokens change with them)."""
+@pytest.mark.parametrize(("param", "values"), [("repetition_penalty", (1.8, 3.0, 6.0)),
+                                               ("presence_penalty", (1.0, 2.0, -2.0))])  # fmt: skip
+def test_each_penalty_of_the_sampling_contract_reaches_the_model(front, param, values):
+    """The parameters FT takes as they are (sampling.DIRECT): FT's repetition_penalty (an extra,
+    as vLLM and TGI accept it) and OpenAI's presence_penalty (FT's additive penalty): the greedy
+    completion equals the stand-in's own decoding with that penalty, and differs without it; chat
+    takes it too; the two together are refused (FT takes one). 40 tokens, so that the plain
+    decoding repeats some (a penalty changes nothing otherwise); the value is the first of a few
+    that changes this random model's decoding (the tiny model's tokenizer learns from the docs, so
+    its tokens change with them)."""
     model, ids = load(front.shards), front.tokenizer.encode(PROMPT)
     eos, new = front.tokenizer.eos_token_id, 40
     plain = model.generate(ids, new, end_id=eos)
-    tried = {p: model.generate(ids, new, repetition_penalty=p, end_id=eos) for p in (1.8, 3.0, 6.0)}
-    penalty, expected = next((p, out) for p, out in tried.items() if out != plain)
-    penalised = front.complete(max_tokens=new, temperature=0, repetition_penalty=penalty)["choices"][0]["text"]
+    tried = {v: model.generate(ids, new, end_id=eos, **{param: v}) for v in values}
+    value, expected = next((v, out) for v, out in tried.items() if out != plain)
+    penalised = front.complete(max_tokens=new, temperature=0, **{param: value})["choices"][0]["text"]
     assert PROMPT + penalised == front.tokenizer.decode(ids + expected)
     assert PROMPT + front.complete(max_tokens=new, temperature=0)["choices"][0]["text"] == front.tokenizer.decode(
         ids + plain)  # fmt: skip
+    both = front.post("/v1/completions", {"model": MODEL, "prompt": PROMPT, "repetition_penalty": 1.5,
+                                          "presence_penalty": 1.0})  # fmt: skip
+    assert (both.status_code, both.json()["error"]["param"]) == (400, "repetition_penalty"), both.text
+    assert "cannot be combined" in both.json()["error"]["message"]
+    chat = front.post("/v1/chat/completions", {"model": MODEL, "messages": CHAT, "max_tokens": 4, param: value})
+    assert chat.status_code == 200, chat.text
 
 
 def test_best_of_and_n_are_ft_beam_search(front):
@@ -622,7 +632,7 @@ def test_keys_are_required_and_rate_limited(front):
             "length_penalty",
             "less than or equal to 10",
         ),
-        ({"model": MODEL, "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
+        ({"model": MODEL, "prompt": "x", "presence_penalty": 2.5}, 400, "presence_penalty", "at most 2"),
         ({"model": MODEL, "prompt": "x", "stop": ["a,b"]}, 400, "stop", "comma"),
         ({"model": MODEL, "prompt": "x", "bad_words": ["a,b"]}, 400, "bad_words", "comma"),
         ({"model": MODEL, "prompt": "x", "bad_words": [""]}, 400, "bad_words", "must not be empty"),

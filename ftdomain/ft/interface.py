@@ -22,8 +22,9 @@ _SAMPLING = [
     ("top_p_reset_ids", "UINT32"),
     # Not in upstream's configs, read by FT's sampling layers all the same (BaseSamplingLayer's
     # runtime argument, an int: the end id is masked while fewer tokens are generated): the
-    # gateway's min_tokens and ignore_eos (vLLM's extras).
-    ("min_length", "INT32"),
+    # gateway's min_tokens and ignore_eos (vLLM's extras); presence_penalty, FT's additive
+    # repetition penalty (the one of the two a request may send: OpenAI's presence_penalty).
+    ("min_length", "INT32"), ("presence_penalty", "FP32"),
 ]  # fmt: skip
 # GPT and BLOOM (ParallelGpt): p-tuning prompts per request, and the context's embeddings.
 _PROMPT_TUNING = [

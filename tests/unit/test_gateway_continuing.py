@@ -8,9 +8,9 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from ftgateway.config import ConfigError, Peer, Settings, peers_of
-from ftgateway.continuing import broken, continued_sampling
+from ftgateway.continuing import broken
 from ftgateway.errors import PeerFailed
-from ftgateway.sampling import UINT64_MAX, Sampling
+from ftgateway.sampling import UINT64_MAX, Sampling, continued
 
 
 @pytest.mark.parametrize(
@@ -41,11 +41,11 @@ def test_os_errors_and_peers_that_went_away():
 
 def test_a_continuation_advances_the_seed_and_shortens_min_length():
     params = Sampling(runtime_top_k=40, runtime_top_p=0.9, temperature=0.7, random_seed=7, min_length=11)
-    after = continued_sampling(params, 4)
+    after = continued(params, 4)
     assert (after.random_seed, after.min_length) == (11, 7)  # the 11th token of the request is its 7th
     assert (after.runtime_top_k, after.runtime_top_p, after.temperature) == (40, 0.9, 0.7)
-    assert continued_sampling(params, 10).min_length == 0  # 11 - 10 = 1: no token is held back any more
-    assert continued_sampling(Sampling(1, 0.0, 1.0, UINT64_MAX), 2).random_seed == 1  # FT's uint64 wraps
+    assert continued(params, 10).min_length == 0  # 11 - 10 = 1: no token is held back any more
+    assert continued(Sampling(1, 0.0, 1.0, UINT64_MAX), 2).random_seed == 1  # FT's uint64 wraps
 
 
 def test_the_peers_setting_is_checked():
