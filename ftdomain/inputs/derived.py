@@ -36,12 +36,22 @@ def _read_specs() -> dict[str, list]:
     return specs
 
 
+# A default that is one of role fleet_shared's values ("{{ fleet_shared_ports.triton_http }}"):
+# the value, as Ansible would template it.
+_SHARED = re.compile(r"^\{\{\s*(fleet_shared_[a-z0-9_]+)(?:\.([a-z0-9_]+))?\s*\}\}$")
+
+
 def _read_defaults() -> dict[str, Any]:
-    values = {}
+    values, shared = {}, {}
     for path in sorted(PROJECT.glob("roles/*/defaults/main.yml")):
         for name, value in (read_yaml(path) or {}).items():
             if "{{" not in str(value):
                 values[name] = value
+            elif match := _SHARED.match(str(value).strip()):
+                shared[name] = match.groups()
+    for name, (source, key) in shared.items():
+        if source in values:
+            values[name] = values[source][key] if key else values[source]
     return values
 
 

@@ -42,11 +42,13 @@ def spec_problems(provided: Mapping[str, Any]) -> tuple[list[str], dict[str, Any
 
 
 def unknown_fleet(provided: Mapping[str, Any]) -> list[str]:
+    """fleet_* names no one documents; those of a role (fleet_shared_*, fleet_status_*) its spec
+    judges (spec_problems)."""
     known = sorted(fleet_names())
     return [
         f"{name}={show(value)}: no such fleet variable; fix: {did_you_mean(name, known)} (docs/variables.md)"
         for name, value in sorted(provided.items())
-        if name.startswith("fleet_") and name not in known
+        if name.startswith("fleet_") and role_of(name) is None and name not in known
     ]
 
 

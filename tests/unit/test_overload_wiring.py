@@ -19,13 +19,16 @@ def _yaml(path: str) -> dict:
 
 
 def test_the_fleets_slots_fall_back_to_triton_model_repos_own_defaults():
+    """The fleet's slots read the batch size where triton_model_repo reads it (role fleet_shared's
+    one value) and the role's own dynamic batching default."""
     slots = _yaml("group_vars/all/fleet.yml")["fleet_generation_slots"]
     role = _yaml("roles/triton_model_repo/defaults/main.yml")
     batch = re.search(r"triton_model_repo_max_batch_size \| default\((\w+)\)", slots)
     dynamic = re.search(r"triton_model_repo_dynamic_batching \| default\((\w+)\)", slots)
     assert batch, slots
     assert dynamic, slots
-    assert int(batch.group(1)) == role["triton_model_repo_max_batch_size"]
+    assert role["triton_model_repo_max_batch_size"] == "{{ " + batch.group(1) + " }}"
+    assert isinstance(_yaml("roles/fleet_shared/defaults/main.yml")[batch.group(1)], int)
     assert yaml.safe_load(dynamic.group(1)) is role["triton_model_repo_dynamic_batching"]
 
 

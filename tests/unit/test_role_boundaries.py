@@ -1,6 +1,8 @@
 """Role boundaries, as a lint: a role's private variables (`__<role>_*`) are read inside that role
-only, and another role's task files are reached only through the entry points its
-meta/argument_specs.yml declares (documented, validated). What roles share, they publish as
+only, another role's task files are reached only through the entry points its
+meta/argument_specs.yml declares (documented, validated), and no role copies a value another
+role owns as a literal fallback (`<other role>_<name> | default(8001)`: role fleet_shared keeps
+such values once). What roles share, they publish as
 documented facts (docs/architecture.md, "Roles and what they publish"). Tests may look inside
 roles; product code (site.yml, playbooks/, roles/, benchmarks/, lab/, inventories/, group_vars/)
 may not."""
@@ -42,6 +44,27 @@ def private_reads(root: Path) -> list[str]:
         for match in pattern.finditer(path.read_text(errors="replace")):
             if match[1] != owner:
                 found.append(f"{path.relative_to(root)}: {match[0]}")
+    return sorted(set(found))
+
+
+# A fallback that says "not there" is no copy of a value: '' , "", false, true, [], {}, none.
+ABSENT = {"''", '""', "false", "true", "[]", "{}", "none", "None", "omit"}
+
+
+def literal_fallbacks(root: Path) -> list[str]:
+    """`<other role>_<name> | default(<literal>)`: a value another role owns, copied where it is
+    read (a port, a path, a size) instead of read from one place (role fleet_shared's defaults, or the
+    owner's published fact), as 'file: expression'."""
+    roles = sorted((p.name for p in (root / "roles").iterdir() if p.is_dir()), key=len, reverse=True)
+    pattern = re.compile(r"\b((" + "|".join(map(re.escape, roles)) + r")_[a-z0-9_]+)\s*\|\s*default\(\s*([^),]*)")
+    literal = re.compile(r"^(-?\d+(\.\d+)?|'[^']*'|\"[^\"]*\")$")
+    found = []
+    for path in _files(root):
+        owner = _owner(root, path)
+        for match in pattern.finditer(path.read_text(errors="replace")):
+            value = match[3].strip()
+            if match[2] != owner and literal.match(value) and value not in ABSENT:
+                found.append(f"{path.relative_to(root)}: {match[1]} | default({value})")
     return sorted(set(found))
 
 
@@ -87,6 +110,10 @@ def test_no_role_reads_another_roles_private_variables():
     assert private_reads(ROOT) == []
 
 
+def test_no_role_copies_a_value_another_role_owns():
+    assert literal_fallbacks(ROOT) == []
+
+
 def test_other_roles_are_entered_only_where_their_argument_specs_say():
     assert undeclared_entries(ROOT) == []
 
@@ -108,6 +135,14 @@ def test_the_lint_finds_a_private_read_and_an_undeclared_entry(tmp_path):
     (tmp_path / "playbooks" / "play.yml").write_text(
         "- hosts: all\n  tasks:\n    - import_role: {name: alpha, tasks_from: helper.yml}\n"
     )
+    (tmp_path / "roles" / "alpha" / "defaults").mkdir()
+    (tmp_path / "roles" / "alpha" / "defaults" / "main.yml").write_text(
+        'alpha_port: "{{ beta_port | default(8001) }}"\nalpha_sock: "{{ beta_socket | default(\'/run/x.sock\') }}"\n'
+        'alpha_ok: "{{ beta_facts | default([]) }}"\nalpha_fleet: "{{ beta_dir | default(fleet_dir) }}"\n'
+        'alpha_own: "{{ alpha_x | default(3) }}"\n'
+    )
+    copies = ["beta_port | default(8001)", "beta_socket | default('/run/x.sock')"]
+    assert literal_fallbacks(tmp_path) == [f"roles/alpha/defaults/main.yml: {copy}" for copy in copies]
     assert private_reads(tmp_path) == ["roles/alpha/tasks/main.yml: __beta_secret"]
     assert undeclared_entries(tmp_path) == [
         "playbooks/play.yml: alpha/helper.yml",
