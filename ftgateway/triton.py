@@ -29,23 +29,13 @@ MODELS = ("preprocessing", "fastertransformer", "postprocessing")
 async def closing(steps: AsyncIterator) -> AsyncIterator:
     """An async generator closed when the block ends, however it ends (contextlib.aclosing is
     Python 3.10's; hosts have 3.9). A generation whose reader stopped (a client that left, a
-    slice's end) closes each layer under it down to its gRPC stream at once, which tritonserver
-    sees as the request's cancellation, rather than whenever the collector finalizes them."""
+    slice's end) closes each layer under it at once, down to _answers, whose gRPC call is then
+    released and cancelled (grpc cancels a call it collects; nothing holds it), rather than
+    whenever the collector gets to a chain of generators held in a reference cycle."""
     try:
         yield steps
     finally:
         await steps.aclose()
-
-
-async def _stop(stream) -> None:
-    """A gRPC stream left before its end, cancelled at once rather than when its call is
-    collected: tritonserver sees the request cancelled (tritonclient's iterator cancels its call;
-    an async generator is closed). Never after the final response: cancelling a finished
-    decoupled stream broke the pinned tritonserver's connection ("Stream removed")."""
-    if hasattr(stream, "cancel"):
-        stream.cancel()
-    elif hasattr(stream, "aclose"):
-        await stream.aclose()
 
 
 # Triton's types of the sampling inputs (sampling.Sampling's fields) as numpy's.
@@ -279,30 +269,21 @@ class Triton:
                 yield request
 
             try:
-                before, ended = None, False
-                stream = self.client.stream_infer(requests(), stream_timeout=self.timeout)
-                try:
-                    async for result, error in stream:
-                        if error is not None:
-                            raise error
-                        final = result.get_response().parameters.get("triton_final_response")
-                        if result.as_numpy("output_ids") is not None:
-                            length = int(result.as_numpy("sequence_length").max())
-                            if not self.final_response and before is not None and length <= before:
-                                ended = True
-                                return  # no new token: the sequence has ended
-                            yield result
-                            before = length
-                            if not self.final_response and length >= longest:
-                                ended = True
-                                return
-                        if final is not None and final.bool_param:
-                            ended = True
+                before = None
+                async for result, error in self.client.stream_infer(requests(), stream_timeout=self.timeout):
+                    if error is not None:
+                        raise error
+                    final = result.get_response().parameters.get("triton_final_response")
+                    if result.as_numpy("output_ids") is not None:
+                        length = int(result.as_numpy("sequence_length").max())
+                        if not self.final_response and before is not None and length <= before:
+                            return  # no new token: the sequence has ended
+                        yield result
+                        before = length
+                        if not self.final_response and length >= longest:
                             return
-                    ended = True
-                finally:
-                    if not ended:  # left mid-stream (a reader that stopped, a failure): cancel it now
-                        await _stop(stream)
+                    if final is not None and final.bool_param:
+                        return
             except grpc.RpcError as err:
                 # The stream's own failures (tritonserver killed mid-stream: UNAVAILABLE, "Stream
                 # removed") come as gRPC's error, not tritonclient's: the same error either way.

@@ -858,7 +858,9 @@ def test_a_client_that_leaves_mid_stream_stops_the_gateways_work(front):
         sock.sendall(request.encode())
         seen = b""
         while b"data: {" not in seen:
-            seen += sock.recv(256)
+            got = sock.recv(256)
+            assert got, f"the gateway closed the stream before its first chunk: {seen!r}"
+            seen += got
     deadline = time.monotonic() + 5
     while _metric(front, "ftgateway_client_disconnects_total") < before + 1:
         assert time.monotonic() < deadline, "the gateway did not notice the client leaving"
