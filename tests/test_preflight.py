@@ -540,8 +540,9 @@ def test_the_load_balancers_preflight_refuses_keys_in_clear(tmp_path, extra, wor
     out = " ".join((result.stdout + result.stderr).split())
     if words is None:
         assert result.returncode == 0, out[-3000:]
-        # each role's validate (its include, its argument spec, its problems), the check of both, monitoring reach
-        assert "lb-01.example.com : ok=8 changed=0 unreachable=0 failed=0" in out, out[-3000:]
+        # each role's validate (its include, its argument spec, its problems), role fleet_shared's argument
+        # spec (their dependency), the check of both, monitoring reach
+        assert "lb-01.example.com : ok=9 changed=0 unreachable=0 failed=0" in out, out[-3000:]
     else:
         assert result.returncode != 0, out[-3000:]
         assert words in out, out[-3000:]
