@@ -11,11 +11,10 @@ from typing import Any, Literal, Optional, Union
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from .sampling import SamplingFields
+from .sampling import Number, SamplingFields
 
-Number = Union[StrictInt, StrictFloat]
 ROLES = ("system", "user", "assistant")
 
 

@@ -6,14 +6,13 @@ import json
 from typing import Annotated, Any, Optional, Union
 
 from fastapi.exceptions import RequestValidationError
-from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from . import chat
 from .errors import ApiError
 from .generation import Result
-from .sampling import SamplingFields
+from .sampling import Number, SamplingFields
 
-Number = Union[StrictInt, StrictFloat]
 # A completions request's prompts at most: each is its own generation, all at once (FT batches
 # them: Triton's dynamic batcher gathers what arrives together), numbered as OpenAI numbers them.
 PROMPTS_MOST = 16

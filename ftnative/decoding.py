@@ -113,12 +113,11 @@ class Decoding:
                 logits[word[-1]] = -np.inf
         if temperature != 1.0:
             logits = logits * (1.0 / (temperature + 1e-6))
-        seen = np.unique(np.asarray(sequence, dtype=np.int64))
-        if penalty != 1.0:
+        if penalty != 1.0 or presence != 0.0:  # FT takes one of the two (BaseSamplingLayer refuses both)
+            seen = np.unique(np.asarray(sequence, dtype=np.int64))
             values = logits[seen]
-            logits[seen] = np.where(values < 0, values * penalty, values / penalty)
-        elif presence != 0.0:  # FT takes one of the two (BaseSamplingLayer refuses both)
-            logits[seen] -= presence
+            multiplied = np.where(values < 0, values * penalty, values / penalty)
+            logits[seen] = multiplied if penalty != 1.0 else values - presence
         if masked is not None:
             logits[masked] = -np.inf
         logprobs = logits - logits.max()
