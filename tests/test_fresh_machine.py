@@ -418,7 +418,8 @@ ROLLOUT = [
 # A model repository change goes to a canary first (role canary): lab-node1 keeps its repository
 # files and a mark before the change, and loses the mark once judged; lab-node2 follows it.
 CANARY_ROLLOUT = [
-    ("canary", "choose | Keep the canary's model repository files for a rollback, and mark it unjudged", False),
+    ("triton_model_repo", "keep | Keep the model repository's files for a rollback", False),
+    ("canary", "choose | Keep the canary's GEMM tuning and gateway settings, and mark it unjudged", False),
     *ROLLOUT,
     ("canary", "Record that the canary serves a judged revision", False),
 ]
@@ -486,7 +487,7 @@ def a_rollout_over_both_hosts_under_load_drops_no_request_and_changes_exactly_wh
     assert len(chose) == 1, changed["notes"]
     assert "model repository (" in chose[0], chose
     assert "fastertransformer/config.pbtxt" in chose[0], chose
-    for host, models, serve, steps in (("lab-node1", 2, 7, CANARY_ROLLOUT), ("lab-node2", 1, 6, ROLLOUT)):
+    for host, models, serve, steps in (("lab-node1", 3, 7, CANARY_ROLLOUT), ("lab-node2", 1, 6, ROLLOUT)):
         ran = changed["changed"][host]
         assert {"preflight", "models", "serve"} <= ran.keys() <= set(stages), ran
         assert {stage: n for stage, n in ran.items() if n} == {"models": models, "serve": serve}, changed["changed"]
