@@ -1,5 +1,5 @@
-"""The image roles build what the seeds build by hand. For KoGPT on one A100 (SM 80) with
-container 22.04, the seeds run, in clones of NVIDIA/FasterTransformer and
+"""The image roles build what the seeds build by hand, or the project's recipe of it. For KoGPT on
+one A100 (SM 80) with container 22.04, the seeds run, in clones of NVIDIA/FasterTransformer and
 triton-inference-server/fastertransformer_backend:
 
     docker build -f docker/Dockerfile.torch --build-arg DOCKER_VERSION=22.04 \\
@@ -7,13 +7,20 @@ triton-inference-server/fastertransformer_backend:
     docker build -f docker/Dockerfile --build-arg TRITON_VERSION=22.04 .
 
 The roles' build specs (the facts their spec.yml computes before container_image builds) must
-carry the same repositories, Dockerfiles and build args; the images scenario then proves the
-args reach a real build."""
+carry the same repositories, Dockerfiles and build args without the recipe, and the recipe's
+pins, Dockerfiles and files with it; the images scenario then proves the args and the recipe's
+files reach a real build. No NGC image can be pulled here: what each release's build runs inside
+one (the CUDA key fix, apt, the pinned packages, FT's CMake) is checked as the recipe computes it,
+on the Python those images have, and the pins are resolved against the package index."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
+from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 from conftest import ROOT, run_playbook
@@ -27,6 +34,7 @@ PLAY = """
     gpu_facts_nvidia_smi: {smi}
     fleet_model: {model}
     triton_image_recipe: {recipe}
+    ft_image_recipe: {recipe}
   roles:
     - gpu_facts
   tasks:
@@ -68,13 +76,14 @@ def specs_for(playbook, tmp_path, family: str, recipe: bool, gpus: str = "a100x1
     ],
 )  # fmt: skip
 def test_builds_match_the_seeds_manual_commands(playbook, tmp_path, family, ft_repo, backend_repo):
-    """Without the recipe (triton_image_recipe: false), the Triton image is upstream's build."""
+    """Without the recipe (triton_image_recipe, ft_image_recipe: false), each image is upstream's build."""
     specs = specs_for(playbook, tmp_path, family, recipe=False)
     assert specs["ft"] == {
         "repo_url": ft_repo,
         "ref": "main",
         "dockerfile": "docker/Dockerfile.torch",
         "build_args": {"DOCKER_VERSION": "22.04", "SM": "80", "BUILD_MULTI_GPU": "ON"},
+        "context_files": [],
     }
     assert specs["triton"] == {
         "repo_url": backend_repo,
@@ -105,10 +114,89 @@ def test_the_triton_image_is_built_by_the_recipe_for_the_hosts_gpus(playbook, tm
         "context_files": [{"src": str(RECIPE / name), "dest": f"ftfleet/{name}"}
                           for name in ("Dockerfile", "ftb_build.py", "ftb_edits.py", "recipe.json")],
     }  # fmt: skip
-    assert specs["ft"]["build_args"]["SM"] == sm
-    # Every build arg the role passes is one the Dockerfile declares, and it runs the recipe with each.
-    dockerfile = (RECIPE / "Dockerfile").read_text()
-    for name in specs["triton"]["build_args"]:
-        assert f"ARG {name}" in dockerfile, name
-        assert "${" + name + "}" in dockerfile, name
-    assert "ftfleet/ftb_build.py image" in dockerfile
+    assert specs["ft"] == {
+        "repo_url": pins["ft"]["url"],
+        "ref": pins["ft"]["commit"],
+        "dockerfile": "ftfleet/Dockerfile.ft",
+        "build_args": {"DOCKER_VERSION": "22.04", "SM": sm, "BUILD_MULTI_GPU": "ON", "FLAVOUR": flavour},
+        "context_files": [{"src": str(RECIPE / name), "dest": f"ftfleet/{name}"}
+                          for name in ("Dockerfile.ft", "ftb_build.py", "ftb_edits.py", "recipe.json")],
+    }  # fmt: skip
+    # Every build arg a role passes is one its Dockerfile declares, and it runs the recipe with each.
+    for image, dockerfile, command in (("triton", "Dockerfile", "image"), ("ft", "Dockerfile.ft", "ft-image")):
+        text = (RECIPE / dockerfile).read_text()
+        for name in specs[image]["build_args"]:
+            assert f"ARG {name}" in text, (dockerfile, name)
+            assert "${" + name + "}" in text, (dockerfile, name)
+        assert f"ftfleet/ftb_build.py {command}" in text, dockerfile
+
+
+RELEASES = json.loads((RECIPE / "recipe.json").read_text())["releases"]
+PYTHONS = Path("/root/.pyenv/versions")
+
+
+def image_python(version: str) -> str:
+    """An interpreter of the Python NGC's image of that release has (pyenv's here), else this one."""
+    found = sorted(PYTHONS.glob(f"{version}.*/bin/python3"))
+    return str(found[-1]) if found else sys.executable
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_each_release_builds_the_ft_image_with_its_key_fix_and_pinned_packages(release):
+    """What the FT image's build runs in NGC's PyTorch image of each release the recipe lists,
+    as ftb_build.py plan-ft computes it, run by that image's Python (3.8 for 22.03-23.03): NVIDIA's
+    new CUDA repository key first where the release's image carries the old one (22.03-22.05,
+    server issue 4407), then apt, then pip with every package pinned (the image's own torch and
+    numpy kept), and FT's gpt_gemm built from FT at the recipe's pin with cutlass at its own.
+    A refused release says why."""
+    python = RELEASES[release]["python"]
+    done = subprocess.run([image_python(python), str(RECIPE / "ftb_build.py"), "plan-ft", "--release", release,
+                           "--sm", "80,90"], capture_output=True, text=True, check=False)  # fmt: skip
+    if "refused" in RELEASES[release]:
+        assert done.returncode == 1, done.stdout
+        assert RELEASES[release]["refused"] in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    steps = json.loads(done.stdout)
+    keyed = release in ("22.03", "22.04", "22.05")
+    assert steps["cuda_key"] is keyed
+    commands = [argv[:2] for argv in steps["prepare"]]
+    key = [["apt-key", "del"], ["apt-key", "adv"]]
+    assert commands == [*(key if keyed else []), ["apt-get", "update"], ["apt-get", "install"], [ANY, "-m"]]
+    if keyed:
+        assert steps["prepare"][1][-1].endswith("/3bf863cc.pub")  # the key NVIDIA signs with since April 2022
+    pip = steps["prepare"][-1]
+    assert pip[2:5] == ["pip", "install", "--no-cache-dir"], pip
+    pins = pip[5:]
+    assert all(re.fullmatch(r"[a-z0-9.-]+==[0-9][0-9a-z.]*", pin) for pin in pins), pins
+    names = {pin.split("==")[0] for pin in pins}
+    assert {"transformers", "tokenizers", "sentencepiece", "safetensors", "cmake"} <= names, names
+    assert not names & {"torch", "numpy"}, "the image's own torch and numpy are kept"
+    assert steps["ft"] == json.loads((RECIPE / "recipe.json").read_text())["flavours"]["nvidia"]["ft"]
+    assert {"-DSM=80,90", "-DGIT_AUTOCLONE_CUTLASS=OFF", "-DBUILD_PYT=OFF"} <= set(steps["cmake"])
+    assert steps["target"] == "gpt_gemm"
+
+
+@pytest.mark.parametrize("python", ["3.8", "3.10", "3.12"])
+def test_the_recipes_pins_are_a_whole_consistent_set(python, tmp_path):
+    """For each Python the recipe pins for, pip resolves the pinned packages (torch aside: only
+    the serving image's --torch installs it) to exactly the pins: nothing a package needs is left
+    to the index's newest release, and no two pins conflict."""
+    recipe = json.loads((RECIPE / "recipe.json").read_text())
+    wanted = {**recipe["python_dependencies"][python], **recipe["python_packages"][python]}
+    wanted.pop("torch")
+    wanted.update(recipe["build_packages"])
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed", "--report", str(report),
+         "--python-version", python, "--only-binary=:all:", "--implementation", "cp", "--platform",
+         "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_28_x86_64",
+         "--target", str(tmp_path / "target"), *(f"{name}=={version}" for name, version in wanted.items())],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    resolved = {
+        item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
+    assert resolved == wanted

@@ -4,6 +4,7 @@ hold the pinned sources' lines (the edits on the real trees ran on the GPU machi
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import re
@@ -219,6 +220,7 @@ def test_the_image_step_installs_what_the_release_needs_then_builds(monkeypatch,
     ran, built = [], []
     monkeypatch.setattr(ftb, "_run", lambda argv, **_kw: ran.append(argv))
     monkeypatch.setattr(ftb, "build", lambda args, recipe: built.append(args.backend_src))
+    monkeypatch.setattr(ftb, "image_python", lambda steps: steps["python"])  # the image's, not this machine's
     assert (
         ftb.main(["image", "--triton-version", version, "--sm", "80", "--backend-src", "/ctx", "--work", "/tmp/w"]) == 0
     )
@@ -226,6 +228,78 @@ def test_the_image_step_installs_what_the_release_needs_then_builds(monkeypatch,
     pip = next(argv for argv in ran if "pip" in argv)
     assert f"numpy=={numpy}" in pip
     assert "transformers==4.46.3" in pip
+    assert "cmake==3.31.6" in pip
+    assert "huggingface-hub==0.36.2" in pip  # what transformers brings is pinned too
     assert not any(arg.startswith("torch==") for arg in pip)  # only with --torch
     assert built == ["/ctx"]
     assert ran[-1][:2] == ["apt-get", "clean"]
+
+
+@pytest.mark.parametrize(("version", "key"), [("22.03", True), ("23.04", False)])
+def test_the_ft_image_step_installs_what_the_release_needs_then_builds_gpt_gemm(monkeypatch, version, key):
+    ran, built = [], []
+    monkeypatch.setattr(ftb, "_run", lambda argv, **_kw: ran.append(argv))
+    monkeypatch.setattr(ftb, "build_ft", lambda args, recipe: built.append(args.ft_src))
+    monkeypatch.setattr(ftb, "image_python", lambda steps: steps["python"])
+    argv = ["ft-image", "--release", version, "--sm", "80", "--ft-src", "/workspace/FasterTransformer"]
+    assert ftb.main(argv) == 0
+    assert ran[: 2 if key else 0] == ([["apt-key", "del", "7fa2af80"], ["apt-key", "adv", "--fetch-keys",
+                                                                        ftb.CUDA_KEY_URL]] if key else [])  # fmt: skip
+    assert ran[2 if key else 0] == ["apt-get", "update"]
+    pip = next(argv for argv in ran if "pip" in argv)
+    assert "transformers==4.46.3" in pip
+    assert not any(arg.startswith(("torch==", "numpy==")) for arg in pip)  # the PyTorch image's own
+    assert built == ["/workspace/FasterTransformer"]
+
+
+def test_the_image_python_chooses_the_pins_and_a_python_without_pins_is_named(capsys):
+    assert ftb.python_pins(RECIPE, "3.8", drop=("torch",))[0].startswith("certifi==")
+    with pytest.raises(ftb.RecipeError, match=r"Python 3\.9: the recipe pins packages for Python 3\.8, 3\.10, 3\.12"):
+        ftb.python_pins(RECIPE, "3.9")
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert ftb.image_python({"python": "3.8", "triton_version": "22.04"}) == running
+    assert f"the image's Python is {running}, not the 3.8 the recipe lists for 22.04" in capsys.readouterr().err
+
+
+def test_the_ft_build_makes_gpt_gemm_in_the_context_and_keeps_only_its_binaries(monkeypatch, tmp_path):
+    """build_ft on a tree with FT's layout: cutlass linked at its pin into 3rdparty, CMake run in
+    build/ with the plan's arguments, the objects removed and the record written; no gpt_gemm made
+    is an error."""
+    tree = tmp_path / "FasterTransformer"
+    (tree / "src" / "fastertransformer").mkdir(parents=True)
+    (tree / "3rdparty" / "cutlass").mkdir(parents=True)  # the submodule's empty folder
+    sources = tmp_path / "sources" / "cutlass"
+    sources.mkdir(parents=True)
+    (sources / "marker").write_text("cutlass")
+    ran = []
+
+    def run(argv, **kw):
+        ran.append(argv)
+        if "--build" in argv:
+            (kw["cwd"] / "bin").mkdir()
+            (kw["cwd"] / "bin" / "gpt_gemm").write_text("")
+            (kw["cwd"] / "CMakeFiles").mkdir()
+
+    monkeypatch.setattr(ftb, "_run", run)
+    monkeypatch.setattr(ftb, "cuda_of_nvcc", lambda: "11.6")
+    edited = []  # the edits themselves have their tests above, on trees with the pinned lines
+    monkeypatch.setattr(ftb, "apply_edits", lambda trees, cuda: edited.append((sorted(trees), cuda)) or [])
+    args = argparse.Namespace(
+        triton_version="22.04", flavour="nvidia", sm="80", multi_gpu=True, ft_src=str(tree),
+        sources=str(tmp_path / "sources"), work=str(tmp_path / "work"), jobs=2, cmake_arg=[],
+    )  # fmt: skip
+    record = ftb.build_ft(args, RECIPE)
+    assert (tree / "3rdparty" / "cutlass" / "marker").read_text() == "cutlass"
+    assert edited == [(["FasterTransformer"], "11.6")]
+    assert ran[0][:2] == ["cmake", str(tree)]
+    assert "-DBUILD_MULTI_GPU=ON" in ran[0]
+    assert ran[1][:5] == ["cmake", "--build", ".", "--target", "gpt_gemm"]
+    assert sorted(p.name for p in (tree / "build").iterdir()) == ["bin", "ftfleet-build.json"]
+    assert record["built"] == str(tree / "build" / "bin" / "gpt_gemm")
+    monkeypatch.setattr(ftb, "_run", lambda argv, **kw: None)
+    (tree / "build" / "bin" / "gpt_gemm").unlink()
+    with pytest.raises(ftb.RecipeError, match=r"the build made no .*/build/bin/gpt_gemm"):
+        ftb.build_ft(args, RECIPE)
+    args.ft_src = str(tmp_path)
+    with pytest.raises(ftb.RecipeError, match="not FasterTransformer's sources"):
+        ftb.build_ft(args, RECIPE)

@@ -11,6 +11,8 @@ sources) run this same file, with the pins of recipe.json beside it:
                        [--work DIR] [--prefix DIR] [--jobs N] [--rapidjson-dir DIR]
     ftb_build.py image --triton-version 24.10 --sm 80,90 [--flavour F] [--multi-gpu] [--torch] [--backend-src DIR]
     ftb_build.py edit-ft DIR [--cuda 13.0]       only the source edits, on an FT tree (GPU tier's driver)
+    ftb_build.py plan-ft --release 22.04 [--flavour F] [--sm 80]   the FT image's build, computed only
+    ftb_build.py ft-image --release 22.04 --sm 80 --ft-src DIR [--flavour F] [--multi-gpu]
 
 `build` takes the pinned sources from their git remotes, or from --sources DIR (a directory or a
 .tar.xz per part: fastertransformer_backend, FasterTransformer, cutlass, core, common, backend),
@@ -20,6 +22,11 @@ found stops the build), configures the backend's CMake with every FetchContent s
 installs the backend and FT's library into PREFIX/backends/fastertransformer. `image` is `build`
 inside NGC's image: the CUDA repository key where the release needs it, the build's apt packages,
 and the Python packages the tokenizing models need, pinned for the image's Python.
+
+`ft-image` is the FT image's build (roles/ft_image: Dockerfile.ft runs it inside NGC's PyTorch
+image, in FasterTransformer's sources at the recipe's pin): the same key fix and pinned packages
+(the image's own torch and numpy kept), cutlass at its pin, and FT's gpt_gemm for the SM values
+given, which GEMM tuning runs; the upstream converters run from the same tree.
 
 Python 3.8 and the standard library only: NGC's images from 22.03 to 23.03 have Python 3.8.
 """
@@ -46,6 +53,9 @@ PARTS = ("fastertransformer_backend", "FasterTransformer", "cutlass", "core", "c
 # one and fail at apt-get update (triton-inference-server/server issue 4407).
 CUDA_KEY_URL = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64/3bf863cc.pub"
 APT_PACKAGES = ("git", "rapidjson-dev", "libz-dev", "python3-dev", "xz-utils")
+FT_APT_PACKAGES = ("git", "xz-utils")
+# What NGC's PyTorch image brings and the FT image keeps: its torch is built for its CUDA.
+PYTORCH_IMAGE_OWN = ("torch", "numpy")
 
 
 def say(text: str) -> None:
@@ -97,6 +107,51 @@ def cuda_of_nvcc(nvcc: str = "nvcc") -> str:
     return f"{match[1]}.{match[2]}"
 
 
+def _checked(recipe: dict, triton_version: str, flavour: str, sm: str, cuda: str) -> tuple:
+    """(the release, the flavour's pins, the SM values), each checked."""
+    if flavour not in recipe["flavours"]:
+        raise RecipeError(f"--flavour {flavour!r}: one of {', '.join(recipe['flavours'])}")
+    rel = release(recipe, triton_version)
+    sms = sm_list(sm)
+    if cuda and _major(cuda) >= 13 and any(int(s) < CUDA13_OLDEST_SM for s in sms):
+        raise RecipeError(f"--sm {sm}: CUDA {cuda} builds SM {CUDA13_OLDEST_SM} and newer only")
+    return rel, recipe["flavours"][flavour], sms
+
+
+def python_pins(recipe: dict, python: str, drop: tuple = ()) -> list:
+    """name==version for every package an image's Python is given (python_packages) and everything
+    they bring (python_dependencies), less those named in drop."""
+    if python not in recipe["python_packages"]:
+        known = ", ".join(recipe["python_packages"])
+        raise RecipeError(f"Python {python}: the recipe pins packages for Python {known}")
+    wanted = {**recipe["python_dependencies"].get(python, {}), **recipe["python_packages"][python]}
+    return [f"{name}=={version}" for name, version in sorted(wanted.items()) if name not in drop]
+
+
+def image_python(steps: dict) -> str:
+    """The Python running the build (the image's), which chooses the pins; said when the release's
+    table names another."""
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if running != steps["python"]:
+        listed = f"the {steps['python']} the recipe lists for {steps['triton_version']}"
+        say(f"the image's Python is {running}, not {listed}")
+    return running
+
+
+def prepare(recipe: dict, steps: dict, apt: tuple, pins: list) -> list:
+    """The commands that ready NGC's image for a build, in order: the CUDA repository's key where
+    the release needs it, apt, the build's cmake and the pinned Python packages."""
+    key = [["apt-key", "del", "7fa2af80"], ["apt-key", "adv", "--fetch-keys", CUDA_KEY_URL]]
+    build = [f"{name}=={version}" for name, version in recipe["build_packages"].items()]
+    return [
+        *(key if steps["cuda_key"] else []),
+        ["apt-get", "update"],
+        ["apt-get", "install", "-y", "--no-install-recommends", *apt],
+        # cmake from PyPI: the images' own cmake is older than the FetchContent options the build uses.
+        [sys.executable, "-m", "pip", "install", "--no-cache-dir", *build, *pins],
+    ]
+
+
 def plan(
     recipe: dict,
     triton_version: str,
@@ -108,14 +163,8 @@ def plan(
     prefix: str = "/opt/tritonserver",
 ) -> dict:
     """Everything a build does, computed only: the pins, the edits and CMake's arguments."""
-    if flavour not in recipe["flavours"]:
-        raise RecipeError(f"--flavour {flavour!r}: one of {', '.join(recipe['flavours'])}")
-    rel = release(recipe, triton_version)
-    pins = recipe["flavours"][flavour]
+    rel, pins, sms = _checked(recipe, triton_version, flavour, sm, cuda)
     branch = "r" + rel["version"]
-    sms = sm_list(sm)
-    if cuda and _major(cuda) >= 13 and any(int(s) < CUDA13_OLDEST_SM for s in sms):
-        raise RecipeError(f"--sm {sm}: CUDA {cuda} builds SM {CUDA13_OLDEST_SM} and newer only")
     sources = {
         "fastertransformer_backend": {"url": pins["backend"]["url"], "commit": pins["backend"]["commit"]},
         "FasterTransformer": {"url": pins["ft"]["url"], "commit": pins["ft"]["commit"]},
@@ -221,10 +270,11 @@ def fetch(sources: dict, sources_dir: str, work: Path, given: dict | None = None
         else:
             _run(["git", "clone", "--quiet", "--depth", "1", "--branch", pin["branch"], pin["url"], str(tree)])
         stamp.write_text(want)
-    # FT's build reads cutlass from its submodule folder, and Triton's headers from
-    # ../repo-core-src/include (FetchContent's folder beside its own): both are linked so.
-    _link(trees["FasterTransformer"] / "3rdparty" / "cutlass", trees["cutlass"])
-    _link(trees["FasterTransformer"].parent / "repo-core-src", trees["core"])
+    if "FasterTransformer" in trees:  # the backend's build; the FT image's links cutlass into its context
+        # FT's build reads cutlass from its submodule folder, and Triton's headers from
+        # ../repo-core-src/include (FetchContent's folder beside its own): both are linked so.
+        _link(trees["FasterTransformer"] / "3rdparty" / "cutlass", trees["cutlass"])
+        _link(trees["FasterTransformer"].parent / "repo-core-src", trees["core"])
     return trees
 
 
@@ -276,73 +326,166 @@ def image(args: argparse.Namespace, recipe: dict) -> None:
     """The build inside NGC's tritonserver image: apt, pip and then build."""
     steps = plan(recipe, args.triton_version, args.flavour, sm=args.sm, multi_gpu=args.multi_gpu, prefix=args.prefix)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    if steps["cuda_key"]:
-        _run(["apt-key", "del", "7fa2af80"], env=env)
-        _run(["apt-key", "adv", "--fetch-keys", CUDA_KEY_URL], env=env)
-    _run(["apt-get", "update"], env=env)
-    _run(["apt-get", "install", "-y", "--no-install-recommends", *APT_PACKAGES], env=env)
-    wanted = dict(steps["python_packages"])
-    torch = wanted.pop("torch")
-    pins = [f"{name}=={version}" for name, version in wanted.items()]
-    if args.torch:
-        pins.append(f"torch=={torch}")
-    # cmake from PyPI: the images' own cmake is older than the FetchContent options the build uses.
-    _run([sys.executable, "-m", "pip", "install", "--no-cache-dir", "cmake>=3.24,<4", *pins], env=env)
+    pins = python_pins(recipe, image_python(steps), drop=() if args.torch else ("torch",))
+    for argv in prepare(recipe, steps, APT_PACKAGES, pins):
+        _run(argv, env=env)
     build(args, recipe)
     shutil.rmtree(Path(args.work) / "obj", ignore_errors=True)  # the objects: gigabytes the image need not keep
     _run(["apt-get", "clean"], env=env)
 
 
-def main(argv: list | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+def ft_plan(recipe: dict, triton_version: str, flavour: str = "nvidia", *, sm: str = "80", cuda: str = "",
+            multi_gpu: bool = False) -> dict:  # fmt: skip
+    """The FT image's build, computed only: the release's key fix and Python, the pins, FT's CMake
+    arguments and the target (gpt_gemm)."""
+    rel, pins, sms = _checked(recipe, triton_version, flavour, sm, cuda)
+    cxx = "17" if cuda and _major(cuda) >= 13 else "14"
+    return {
+        "triton_version": rel["version"],
+        "flavour": flavour,
+        "python": rel["python"],
+        "cuda_key": bool(rel.get("cuda_key")),
+        "python_packages": python_pins(recipe, rel["python"], drop=PYTORCH_IMAGE_OWN),
+        "sm": ",".join(sms),
+        "cuda": cuda,
+        "ft": pins["ft"],
+        "sources": {"cutlass": pins["cutlass"]},
+        "edits": [f"{e.part}/{e.pattern}: {e.why}" for e in edits_for(cuda or "0") if e.part == "FasterTransformer"],
+        "cmake": [
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DSM={','.join(sms)}",
+            f"-DBUILD_MULTI_GPU={'ON' if multi_gpu else 'OFF'}",
+            "-DBUILD_PYT=OFF",
+            "-DENABLE_FP8=OFF",
+            "-DGIT_AUTOCLONE_CUTLASS=OFF",  # cutlass is linked at the recipe's pin
+            f"-DCXX_STD={cxx}",
+            *([] if cxx == "14" else ["-DUSE_NVTX=OFF"]),
+            "-DCMAKE_POLICY_DEFAULT_CMP0146=OLD",
+            "-DCMAKE_POLICY_VERSION_MINIMUM=3.5",
+        ],
+        "target": "gpt_gemm",
+    }
+
+
+def build_ft(args: argparse.Namespace, recipe: dict) -> dict:
+    """gpt_gemm in the FT tree given (--ft-src) at build/bin, the objects removed."""
+    cuda = cuda_of_nvcc()
+    steps = ft_plan(recipe, args.triton_version, args.flavour, sm=args.sm, cuda=cuda, multi_gpu=args.multi_gpu)
+    tree = Path(args.ft_src).resolve()
+    if not (tree / "src" / "fastertransformer").is_dir():
+        raise RecipeError(f"--ft-src {tree}: not FasterTransformer's sources (no src/fastertransformer)")
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    say(f"FT {steps['target']} ({args.flavour}) for SM {steps['sm']} with CUDA {cuda} in {tree}")
+    trees = fetch(steps["sources"], args.sources, work)
+    _link(tree / "3rdparty" / "cutlass", trees["cutlass"])
+    for line in apply_edits({"FasterTransformer": tree}, cuda):
+        say("edited " + line)
+    obj = tree / "build"
+    obj.mkdir(exist_ok=True)
+    _run(["cmake", str(tree), *steps["cmake"], *args.cmake_arg], log=work / "cmake.log", cwd=obj)
+    _run(["cmake", "--build", ".", "--target", steps["target"], "-j", str(args.jobs)], log=work / "make.log", cwd=obj)
+    binary = obj / "bin" / steps["target"]
+    if not binary.is_file():
+        raise RecipeError(f"the build made no {binary}")
+    for path in obj.iterdir():  # the objects: gigabytes the image need not keep
+        if path.name == "bin":
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    seconds = round(time.time() - started)
+    record = {**steps, "built": str(binary), "seconds": seconds}
+    (obj / "ftfleet-build.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    say(f"built {binary} ({seconds} s)")
+    return record
+
+
+def ft_image(args: argparse.Namespace, recipe: dict) -> None:
+    """The FT image's build inside NGC's PyTorch image: apt, pip and then gpt_gemm."""
+    steps = ft_plan(recipe, args.triton_version, args.flavour, sm=args.sm, multi_gpu=args.multi_gpu)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    pins = python_pins(recipe, image_python(steps), drop=PYTORCH_IMAGE_OWN)
+    for argv in prepare(recipe, steps, FT_APT_PACKAGES, pins):
+        _run(argv, env=env)
+    build_ft(args, recipe)
+    _run(["apt-get", "clean"], env=env)
+
+
+def _build_options(cmd: argparse.ArgumentParser) -> None:
+    """The options of a command that builds: where the sources come from and how."""
+    cmd.add_argument("--sources", default="")
+    cmd.add_argument("--work", default="/workspace/ftb-build")
+    cmd.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    cmd.add_argument("--cmake-arg", action="append", default=[], help="one more argument for CMake (repeatable)")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = top.add_subparsers(dest="command", required=True)
     sub.add_parser("versions")
-    for name in ("plan", "build", "image"):
+    for name in ("plan", "build", "image", "plan-ft", "ft-image"):
         cmd = sub.add_parser(name)
-        cmd.add_argument("--triton-version", required=True)
+        if name.endswith("-ft") or name.startswith("ft-"):
+            cmd.add_argument("--release", "--triton-version", dest="triton_version", required=True,
+                             help="the NGC release of the PyTorch image (DOCKER_VERSION)")  # fmt: skip
+        else:
+            cmd.add_argument("--triton-version", required=True)
+            cmd.add_argument("--prefix", default="/opt/tritonserver")
         cmd.add_argument("--flavour", default="nvidia")
-        cmd.add_argument("--sm", required=name != "plan", default="80")
+        cmd.add_argument("--sm", required=not name.startswith("plan"), default="80")
         cmd.add_argument("--multi-gpu", action="store_true")
-        cmd.add_argument("--prefix", default="/opt/tritonserver")
-        if name == "plan":
+        if name.startswith("plan"):
             cmd.add_argument("--cuda", default="")
             continue
-        cmd.add_argument("--sources", default="")
-        cmd.add_argument("--work", default="/workspace/ftb-build")
-        cmd.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-        cmd.add_argument("--rapidjson-dir", default="")
-        cmd.add_argument("--cmake-arg", action="append", default=[], help="one more argument for CMake (repeatable)")
+        _build_options(cmd)
+        if name in ("build", "image"):
+            cmd.add_argument("--rapidjson-dir", default="")
         if name == "image":
             cmd.add_argument(
                 "--torch", action="store_true", help="also the pinned torch (none of ftfleet's models need it)"
             )
             cmd.add_argument("--backend-src", default="", help="fastertransformer_backend at its pin (the context)")
+        if name == "ft-image":
+            cmd.add_argument("--ft-src", required=True, help="FasterTransformer's sources (the build context)")
     edit = sub.add_parser("edit-ft")
     edit.add_argument("tree")
     edit.add_argument("--cuda", default="")
-    args = parser.parse_args(argv)
+    return top
+
+
+def _planned(args: argparse.Namespace, recipe: dict) -> None:
+    if args.command == "plan":
+        steps = plan(recipe, args.triton_version, args.flavour, sm=args.sm, cuda=args.cuda, multi_gpu=args.multi_gpu,
+                     prefix=args.prefix)  # fmt: skip
+        print(json.dumps(steps, indent=1))
+        return
+    steps = ft_plan(recipe, args.triton_version, args.flavour, sm=args.sm, cuda=args.cuda, multi_gpu=args.multi_gpu)
+    pins = python_pins(recipe, steps["python"], drop=PYTORCH_IMAGE_OWN)
+    print(json.dumps({**steps, "prepare": prepare(recipe, steps, FT_APT_PACKAGES, pins)}, indent=1))
+
+
+def _edit_ft(args: argparse.Namespace, _recipe: dict) -> None:
+    for line in apply_edits({"FasterTransformer": Path(args.tree)}, args.cuda or cuda_of_nvcc()):
+        say("edited " + line)
+
+
+def main(argv: list | None = None) -> int:
+    args = parser().parse_args(argv)
     recipe = load_recipe()
+    commands = {
+        "versions": lambda _args, recipe: print(json.dumps(versions(recipe), indent=1)),
+        "plan": _planned,
+        "plan-ft": _planned,
+        "edit-ft": _edit_ft,
+        "build": build,
+        "image": image,
+        "ft-image": ft_image,
+    }
     try:
-        if args.command == "versions":
-            print(json.dumps(versions(recipe), indent=1))
-        elif args.command == "plan":
-            steps = plan(
-                recipe,
-                args.triton_version,
-                args.flavour,
-                sm=args.sm,
-                cuda=args.cuda,
-                multi_gpu=args.multi_gpu,
-                prefix=args.prefix,
-            )
-            print(json.dumps(steps, indent=1))
-        elif args.command == "edit-ft":
-            for line in apply_edits({"FasterTransformer": Path(args.tree)}, args.cuda or cuda_of_nvcc()):
-                say("edited " + line)
-        elif args.command == "build":
-            build(args, recipe)
-        else:
-            image(args, recipe)
+        commands[args.command](args, recipe)
     except RecipeError as err:
         say(f"error: {err}")
         return 1
