@@ -173,6 +173,11 @@ class Gateway:
             raise ApiError(400, f"max_tokens {body.max_tokens} is over this gateway's limit of "
                            f"{self.settings.max_tokens_limit}", param="max_tokens")  # fmt: skip
         n, best_of = getattr(body, "n", 1), getattr(body, "best_of", None)
+        most, param = self.settings.max_best_of, "best_of" if best_of else "n"
+        if (best_of or n) > most:
+            off = "; beam search is off here" if most == 1 else ""
+            raise ApiError(400, f"{param} {best_of or n} is over this gateway's limit of {most} (FT's beam width, "
+                           f"which its GPU memory is planned for{off})", param=param)  # fmt: skip
         least = min_length(body.min_tokens, body.ignore_eos, body.max_tokens, best_of or n)
         try:
             params = sampling(float(body.temperature), body.top_k, float(body.top_p), body.seed,

@@ -1016,6 +1016,8 @@ def test_sampling_that_ft_cannot_honour_is_refused(openai, param):
     [({"model": ""}, "'model' must be a non-empty string"),
      ({"model": "m", "keys_file": "/k", "context_length": 0}, "'context_length' must be a positive integer"),
      ({"model": "m", "keys_file": "/k", "max_tokens_limit": 2048}, "must be smaller than 'context_length'"),
+     ({"model": "m", "keys_file": "/k", "max_best_of": 17}, r"'max_best_of' must be a whole number from 1 to 16"),
+     ({"model": "m", "keys_file": "/k", "max_best_of": 0}, r"'max_best_of' must be a whole number from 1 to 16"),
      ({"model": "m"}, "no 'keys_file'")],
 )  # fmt: skip
 def test_settings_refuse_what_the_gateway_cannot_start_with(settings, message):

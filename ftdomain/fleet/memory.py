@@ -36,9 +36,10 @@ def fleet_memory_plan(provided: Any, model: Any, config: Any, gpus: Any) -> dict
     provided: the host's variables (fleet_* and the roles' prefixed ones; roles' defaults fill the
     rest): fleet_tensor_para_size, fleet_pipeline_para_size, fleet_gpu_devices,
     triton_model_repo_max_batch_size, triton_model_repo_int8_mode, gateway_context_length,
-    gateway_context_length_fallback, preflight_gpu_memory_fraction, preflight_gpu_overhead_mib,
-    preflight_memory_beam_width. model: fleet_model resolved (family, data_type). config: the
-    model's config.json. gpus: the gpus local fact (devices with index and memory_mib)."""
+    gateway_context_length_fallback, gateway_max_best_of (the beam width: FT runs a batch at its first
+    request's), preflight_gpu_memory_fraction, preflight_gpu_overhead_mib. model: fleet_model resolved
+    (family, data_type). config: the model's config.json. gpus: the gpus local fact (devices with
+    index and memory_mib)."""
     for name, value in (("provided", provided), ("model", model), ("config", config), ("gpus", gpus)):
         if not isinstance(value, Mapping):
             raise AnsibleFilterError(f"fleet_memory_plan: {name} must be a dict, got {type(value).__name__}")
@@ -55,7 +56,7 @@ def fleet_memory_plan(provided: Any, model: Any, config: Any, gpus: Any) -> dict
         "tp": v.get("fleet_tensor_para_size", 1),
         "pp": v.get("fleet_pipeline_para_size", 1),
         "max_batch_size": asked or 1,
-        "beam_width": v.get("preflight_memory_beam_width", 1),
+        "beam_width": v.get("gateway_max_best_of", 1),
         "context": context,
         "overhead_mib": v.get("preflight_gpu_overhead_mib", 0),
     }
@@ -96,6 +97,8 @@ def fleet_memory_plan(provided: Any, model: Any, config: Any, gpus: Any) -> dict
             fixes.append(f"triton_model_repo_max_batch_size: {fit['max_batch_size']} fits")
         if fit["context"] >= 2:
             fixes.append(f"gateway_context_length: {fit['context']} fits at max_batch_size {plan['max_batch_size']}")
+        if plan["beam_width"] > 1:
+            fixes.append(f"a smaller gateway_max_best_of (the plan counts {plan['beam_width']} beams per request)")
         fixes.append("more GPUs (a larger tensor-parallel size)")
         if get_family(family).int8 and not plan["int8_mode"]:
             fixes.append("triton_model_repo_int8_mode: 1 (weight-only int8)")

@@ -105,6 +105,7 @@ def gateway_problems(v: Mapping[str, Any]) -> list[str]:
                         "expired), so no client could, nor the serve stage's gate; fix: add the model to a key's "
                         "models, or a new key")  # fmt: skip
     problems += int_problems(v, 1, ("gateway_port",), 65535)
+    problems += int_problems(v, 1, ("gateway_max_best_of",), 16)  # FT's online beam search takes 16 beams at most
     problems += [
         f"{name}={show(v.get(name, low))}: {why}"
         for name, low in (

@@ -9,6 +9,7 @@ import pytest
 
 from ftdomain.ft.interface import _SAMPLING
 from ftgateway import chat, protocol
+from ftgateway.errors import ApiError
 from ftgateway.sampling import DIRECT, INPUTS, UINT64_MAX, Sampling, SamplingError, continued, ft_inputs, sampling
 
 PLAIN = Sampling(runtime_top_k=1, runtime_top_p=0.0, temperature=1.0, random_seed=5)
@@ -63,3 +64,21 @@ def test_direct_parameters_reach_sampling_greedy_or_not_and_unknown_ones_are_a_b
     assert sampling(0.7, 40, 0.9, 3, 1, repetition_penalty=1.3).repetition_penalty == 1.3
     with pytest.raises(TypeError, match="frequency_penalty"):
         sampling(0.0, 0, 1.0, None, 1, frequency_penalty=0.5)
+
+
+@pytest.mark.parametrize(("asked", "param"), [({"best_of": 3, "n": 1}, "best_of"), ({"n": 3}, "n")])
+def test_beams_past_the_gateways_limit_are_refused_naming_the_parameter(asked, param):
+    """best_of (or n) is FT's beam width, which the GPU memory plan counts for every request of a
+    batch (gateway_max_best_of): more beams than the gateway's limit are a 400, as many are served."""
+    from ftgateway.app import Gateway  # noqa: PLC0415
+    from ftgateway.config import Settings  # noqa: PLC0415
+    from ftgateway.protocol import CompletionRequest  # noqa: PLC0415
+
+    gateway = Gateway(Settings(model="m", allow_anonymous=True, max_best_of=2), backend=None)
+    with pytest.raises(ApiError, match=rf"{param} 3 is over this gateway's limit of 2 \(FT's beam width") as refused:
+        gateway.job(CompletionRequest(model="m", prompt="x", temperature=0, **asked))
+    assert (refused.value.status, refused.value.param) == (400, param)
+    assert gateway.job(CompletionRequest(model="m", prompt="x", temperature=0, best_of=2, n=2)).best_of == 2
+    off = Gateway(Settings(model="m", allow_anonymous=True, max_best_of=1), backend=None)
+    with pytest.raises(ApiError, match="beam search is off here"):
+        off.job(CompletionRequest(model="m", prompt="x", temperature=0, n=2, best_of=2))

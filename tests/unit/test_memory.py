@@ -159,3 +159,18 @@ def test_a_hosts_plan_takes_the_gateways_context_and_the_roles_defaults():
     assert set_context["plan"]["context"] == 512
     # no GPU facts (a host without GPUs): the plan, and nothing to compare it with
     assert (set_context["capacity_mib"], set_context["problem"]) == (0, "")
+
+
+def test_the_beams_the_gateway_lets_in_multiply_the_cache_and_a_refusal_names_them():
+    """FT runs a batch at its first request's beam width: the plan counts gateway_max_best_of beams
+    for every request, and a plan that no longer fits names it among the fixes."""
+    model = {"name": "kogpt", "family": "gptj", "data_type": "fp16"}
+    gpus = {"devices": [{"index": 0, "memory_mib": 81920}]}
+    provided = {"fleet_gpu_devices": [0], "triton_model_repo_max_batch_size": 32, "gateway_context_length": 2048}
+    one = fleet_memory_plan(provided, model, SEEDS["gptj-6b"][1], gpus)
+    four = fleet_memory_plan({**provided, "gateway_max_best_of": 4}, model, SEEDS["gptj-6b"][1], gpus)
+    assert (one["plan"]["beam_width"], four["plan"]["beam_width"]) == (1, 4)
+    assert four["plan"]["bytes"]["kv_cache"] > 4 * one["plan"]["bytes"]["kv_cache"]  # and the beams' indirection
+    assert one["problem"] == ""
+    assert "max_batch_size 32 x beam 4 at 2,048 tokens" in four["problem"]
+    assert "a smaller gateway_max_best_of (the plan counts 4 beams per request)" in four["problem"]
