@@ -118,6 +118,27 @@ def _checked(recipe: dict, triton_version: str, flavour: str, sm: str, cuda: str
     return rel, recipe["flavours"][flavour], sms
 
 
+def _common(rel: dict, flavour: str, sms: list, cuda: str, multi_gpu: bool) -> tuple:
+    """(what both builds' plans say of the release and the target, CMake's arguments both pass):
+    FT's kernels for the SM values (FT matches each as a substring of SM), C++17 from CUDA 13."""
+    cxx = "17" if cuda and _major(cuda) >= 13 else "14"
+    said = {"triton_version": rel["version"], "flavour": flavour, "python": rel["python"],
+            "cuda_key": bool(rel.get("cuda_key")), "sm": ",".join(sms), "multi_gpu": multi_gpu,
+            "cuda": cuda}  # fmt: skip
+    cmake = [
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DSM={','.join(sms)}",
+        f"-DBUILD_MULTI_GPU={'ON' if multi_gpu else 'OFF'}",
+        "-DENABLE_FP8=OFF",
+        f"-DCXX_STD={cxx}",
+        *([] if cxx == "14" else ["-DUSE_NVTX=OFF"]),
+        # CMake 4 keeps FindCUDA (which FT and the backend use) only under the old policy.
+        "-DCMAKE_POLICY_DEFAULT_CMP0146=OLD",
+        "-DCMAKE_POLICY_VERSION_MINIMUM=3.5",
+    ]
+    return said, cmake
+
+
 def python_pins(recipe: dict, python: str, drop: tuple = ()) -> list:
     """name==version for every package an image's Python is given (python_packages) and everything
     they bring (python_dependencies), less those named in drop."""
@@ -171,25 +192,15 @@ def plan(
         "cutlass": {"url": pins["cutlass"]["url"], "commit": pins["cutlass"]["commit"]},
         **{name: {"url": url, "branch": branch} for name, url in recipe["triton_repos"].items()},
     }
-    cxx = "17" if cuda and _major(cuda) >= 13 else "14"
+    said, cmake = _common(rel, flavour, sms, cuda, multi_gpu)
     return {
-        "triton_version": rel["version"],
-        "flavour": flavour,
-        "python": rel["python"],
-        "cuda_key": bool(rel.get("cuda_key")),
+        **said,
         "python_packages": recipe["python_packages"][rel["python"]],
-        "sm": ",".join(sms),
-        "multi_gpu": multi_gpu,
-        "cuda": cuda,
         "sources": sources,
         "edits": [f"{e.part}/{e.pattern}: {e.why}" for e in edits_for(cuda or "0")],
         "cmake": [
-            "-DCMAKE_BUILD_TYPE=Release",
+            *cmake,
             f"-DCMAKE_INSTALL_PREFIX={prefix}",
-            f"-DSM={','.join(sms)}",  # FT matches each value as a substring of SM
-            f"-DBUILD_MULTI_GPU={'ON' if multi_gpu else 'OFF'}",
-            "-DENABLE_FP8=OFF",
-            f"-DCXX_STD={cxx}",
             f"-DTRITON_COMMON_REPO_TAG={branch}",
             f"-DTRITON_CORE_REPO_TAG={branch}",
             f"-DTRITON_BACKEND_REPO_TAG={branch}",
@@ -197,10 +208,6 @@ def plan(
             # RapidJSON 1.1.0 (Debian's and Ubuntu's rapidjson-dev) derives from std::iterator, which
             # C++17 deprecates; GCC 12 and later warn, and Triton's common and backend build with -Werror.
             "-DCMAKE_CXX_FLAGS=-Wno-error=deprecated-declarations",
-            *([] if cxx == "14" else ["-DUSE_NVTX=OFF"]),
-            # CMake 4 keeps FindCUDA (which FT and the backend use) only under the old policy.
-            "-DCMAKE_POLICY_DEFAULT_CMP0146=OLD",
-            "-DCMAKE_POLICY_VERSION_MINIMUM=3.5",
         ],
         "install": f"{prefix}/backends/fastertransformer",
     }
@@ -339,30 +346,15 @@ def ft_plan(recipe: dict, triton_version: str, flavour: str = "nvidia", *, sm: s
     """The FT image's build, computed only: the release's key fix and Python, the pins, FT's CMake
     arguments and the target (gpt_gemm)."""
     rel, pins, sms = _checked(recipe, triton_version, flavour, sm, cuda)
-    cxx = "17" if cuda and _major(cuda) >= 13 else "14"
+    said, cmake = _common(rel, flavour, sms, cuda, multi_gpu)
     return {
-        "triton_version": rel["version"],
-        "flavour": flavour,
-        "python": rel["python"],
-        "cuda_key": bool(rel.get("cuda_key")),
+        **said,
         "python_packages": python_pins(recipe, rel["python"], drop=PYTORCH_IMAGE_OWN),
-        "sm": ",".join(sms),
-        "cuda": cuda,
         "ft": pins["ft"],
         "sources": {"cutlass": pins["cutlass"]},
         "edits": [f"{e.part}/{e.pattern}: {e.why}" for e in edits_for(cuda or "0") if e.part == "FasterTransformer"],
-        "cmake": [
-            "-DCMAKE_BUILD_TYPE=Release",
-            f"-DSM={','.join(sms)}",
-            f"-DBUILD_MULTI_GPU={'ON' if multi_gpu else 'OFF'}",
-            "-DBUILD_PYT=OFF",
-            "-DENABLE_FP8=OFF",
-            "-DGIT_AUTOCLONE_CUTLASS=OFF",  # cutlass is linked at the recipe's pin
-            f"-DCXX_STD={cxx}",
-            *([] if cxx == "14" else ["-DUSE_NVTX=OFF"]),
-            "-DCMAKE_POLICY_DEFAULT_CMP0146=OLD",
-            "-DCMAKE_POLICY_VERSION_MINIMUM=3.5",
-        ],
+        # FT alone: no TorchScript ops (the converters need none), cutlass linked at the recipe's pin
+        "cmake": [*cmake, "-DBUILD_PYT=OFF", "-DGIT_AUTOCLONE_CUTLASS=OFF"],
         "target": "gpt_gemm",
     }
 
