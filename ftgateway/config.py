@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .sampling import BEAMS_MOST
+
 
 @dataclass(frozen=True)
 class Peer:
@@ -45,7 +47,7 @@ class Settings:
     triton_grpc: str = "127.0.0.1:8001"  # host:port of the local tritonserver's gRPC endpoint
     context_length: int = 1024  # prompt tokens + max_tokens may not exceed it (the model's positions)
     max_tokens_limit: int = 512  # the largest max_tokens a request may ask for
-    max_best_of: int = 16  # the largest best_of (or n): FT's beam width, which the GPU memory plan counts
+    max_best_of: int = BEAMS_MOST  # the largest best_of (or n): FT's beam width, which the GPU memory plan counts
     max_request_bytes: int = 65536  # a larger body gets a 413
     keys_file: str = ""  # JSON of key hashes; empty = no authentication (refused unless allow_anonymous)
     allow_anonymous: bool = False
@@ -117,9 +119,9 @@ class Settings:
             if not isinstance(raw.get(name, known[name].default), kind):
                 raise ConfigError(f"setting {name!r} must be {said}, got {raw[name]!r}")
         beams = raw.get("max_best_of", cls.max_best_of)
-        if not isinstance(beams, int) or isinstance(beams, bool) or not 1 <= beams <= 16:
-            raise ConfigError(f"setting 'max_best_of' must be a whole number from 1 to 16 (FT's beam width), got "
-                              f"{beams!r}")  # fmt: skip
+        if not isinstance(beams, int) or isinstance(beams, bool) or not 1 <= beams <= BEAMS_MOST:
+            raise ConfigError(f"setting 'max_best_of' must be a whole number from 1 to {BEAMS_MOST} (FT's beam "
+                              f"width), got {beams!r}")  # fmt: skip
         if raw.get("max_tokens_limit", cls.max_tokens_limit) >= raw.get("context_length", cls.context_length):
             raise ConfigError("setting 'max_tokens_limit' must be smaller than 'context_length' (room for a prompt)")
         settings = cls(**raw)

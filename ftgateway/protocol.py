@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from . import chat
 from .errors import ApiError
 from .generation import Result
-from .sampling import Number, SamplingFields
+from .sampling import BEAMS_MOST, Number, SamplingFields
 
 # A completions request's prompts at most: each is its own generation, all at once (FT batches
 # them: Triton's dynamic batcher gathers what arrives together), numbered as OpenAI numbers them.
@@ -71,7 +71,8 @@ REFUSED = [  # (parameter, is it set to something the model cannot do?, why)
     ("n", lambda r: r.n < 1 or r.n > (r.best_of or r.n), "n must be at least 1 and at most best_of"),
     ("best_of", lambda r: (r.best_of or r.n) > 1 and (r.temperature != 0 or r.stream),
      "n or best_of above 1 is served by FT's beam search: it needs temperature 0 and no streaming"),
-    ("best_of", lambda r: (r.best_of or r.n) > 16, "best_of must be at most 16 (FT's online beam search)"),
+    ("best_of", lambda r: (r.best_of or r.n) > BEAMS_MOST,
+     f"best_of must be at most {BEAMS_MOST} (FT's online beam search)"),
     ("length_penalty", lambda r: r.length_penalty is not None and (r.best_of or r.n) <= 1,
      "length_penalty ranks beam search's beams: it needs best_of (or n) above 1"),
     ("logprobs", lambda r: r.logprobs is not None and not 0 <= r.logprobs <= 5, "logprobs must be between 0 and 5"),

@@ -21,6 +21,9 @@ from typing import Any, Union
 from pydantic import BaseModel, StrictFloat, StrictInt, create_model
 
 UINT64_MAX = 2**64 - 1
+# The most beams FT's online beam search takes (best_of, n): the protocol's bound and the highest
+# max_best_of a gateway's settings may allow.
+BEAMS_MOST = 16
 # Greedy decoding with log probabilities: FT's top-p path with this top_p takes the most likely
 # token (it holds at least 1/vocabulary of the mass, over 1e-6 for any vocabulary under a
 # million) and reports its full log probability, where the top-k path (top_k 1) reports 0.

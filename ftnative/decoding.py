@@ -116,8 +116,10 @@ class Decoding:
         if penalty != 1.0 or presence != 0.0:  # FT takes one of the two (BaseSamplingLayer refuses both)
             seen = np.unique(np.asarray(sequence, dtype=np.int64))
             values = logits[seen]
-            multiplied = np.where(values < 0, values * penalty, values / penalty)
-            logits[seen] = multiplied if penalty != 1.0 else values - presence
+            if penalty != 1.0:
+                logits[seen] = np.where(values < 0, values * penalty, values / penalty)
+            else:
+                logits[seen] = values - presence
         if masked is not None:
             logits[masked] = -np.inf
         logprobs = logits - logits.max()

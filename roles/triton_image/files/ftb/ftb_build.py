@@ -455,8 +455,7 @@ def _planned(args: argparse.Namespace, recipe: dict) -> None:
         print(json.dumps(steps, indent=1))
         return
     steps = ft_plan(recipe, args.triton_version, args.flavour, sm=args.sm, cuda=args.cuda, multi_gpu=args.multi_gpu)
-    pins = python_pins(recipe, steps["python"], drop=PYTORCH_IMAGE_OWN)
-    print(json.dumps({**steps, "prepare": prepare(recipe, steps, FT_APT_PACKAGES, pins)}, indent=1))
+    print(json.dumps({**steps, "prepare": prepare(recipe, steps, FT_APT_PACKAGES, steps["python_packages"])}, indent=1))
 
 
 def _edit_ft(args: argparse.Namespace, _recipe: dict) -> None:
