@@ -48,6 +48,7 @@ PLAY = """
 
 
 RECIPE = ROOT / "roles" / "triton_image" / "files" / "ftb"
+RECIPE_PINS = json.loads((RECIPE / "recipe.json").read_text())
 
 
 def specs_for(playbook, tmp_path, family: str, recipe: bool, gpus: str = "a100x1") -> dict:
@@ -103,7 +104,7 @@ def test_the_triton_image_is_built_by_the_recipe_for_the_hosts_gpus(playbook, tm
     """By default the recipe's Dockerfile in the backend's sources at the recipe's commit, with
     the recipe's files added, for every distinct SM of the host's GPUs (as the FT image)."""
     family, flavour, gpus, sm = case
-    pins = json.loads((RECIPE / "recipe.json").read_text())["flavours"][flavour]
+    pins = RECIPE_PINS["flavours"][flavour]
     specs = specs_for(playbook, tmp_path, family, recipe=True, gpus=gpus)
     assert specs["triton"] == {
         "repo_url": pins["backend"]["url"],
@@ -131,7 +132,7 @@ def test_the_triton_image_is_built_by_the_recipe_for_the_hosts_gpus(playbook, tm
         assert f"ftfleet/ftb_build.py {command}" in text, dockerfile
 
 
-RELEASES = json.loads((RECIPE / "recipe.json").read_text())["releases"]
+RELEASES = RECIPE_PINS["releases"]
 PYTHONS = Path("/root/.pyenv/versions")
 
 
@@ -172,7 +173,7 @@ def test_each_release_builds_the_ft_image_with_its_key_fix_and_pinned_packages(r
     names = {pin.split("==")[0] for pin in pins}
     assert {"transformers", "tokenizers", "sentencepiece", "safetensors", "cmake"} <= names, names
     assert not names & {"torch", "numpy"}, "the image's own torch and numpy are kept"
-    assert steps["ft"] == json.loads((RECIPE / "recipe.json").read_text())["flavours"]["nvidia"]["ft"]
+    assert steps["ft"] == RECIPE_PINS["flavours"]["nvidia"]["ft"]
     assert {"-DSM=80,90", "-DGIT_AUTOCLONE_CUTLASS=OFF", "-DBUILD_PYT=OFF"} <= set(steps["cmake"])
     assert steps["target"] == "gpt_gemm"
 
@@ -182,10 +183,9 @@ def test_the_recipes_pins_are_a_whole_consistent_set(python, tmp_path):
     """For each Python the recipe pins for, pip resolves the pinned packages (torch aside: only
     the serving image's --torch installs it) to exactly the pins: nothing a package needs is left
     to the index's newest release, and no two pins conflict."""
-    recipe = json.loads((RECIPE / "recipe.json").read_text())
-    wanted = {**recipe["python_dependencies"][python], **recipe["python_packages"][python]}
+    wanted = {**RECIPE_PINS["python_dependencies"][python], **RECIPE_PINS["python_packages"][python]}
     wanted.pop("torch")
-    wanted.update(recipe["build_packages"])
+    wanted.update(RECIPE_PINS["build_packages"])
     report = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed", "--report", str(report),
