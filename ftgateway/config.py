@@ -85,8 +85,8 @@ class Settings:
     admission_queue: int = 0
     # Rounds (rounds.py): at most this many new tokens per request to tritonserver, each
     # generation carried on from its tokens so far, the slices of a round sent together (0: each
-    # generation whole, as FT runs it).
-    slice_tokens: int = 32
+    # generation whole, as FT runs it; the role's default, docs/gateway.md "Rounds").
+    slice_tokens: int = 0
     # The fleet's objectives: an answer that met both counts in ftgateway_good_total (goodput).
     slo_ttft_ms: int = 1000
     slo_itl_ms: int = 100

@@ -219,6 +219,7 @@ class _SoFar:
         self.sequence = tokens.ids.reshape(-1)[: tokens.count].astype(np.uint32)
         self.earlier = np.zeros(0, dtype=np.float32)
         self.last: Step | None = None
+        self.padding = 0  # how far the slice in flight's input is padded past the sequence
 
     @property
     def generated(self) -> int:
@@ -228,19 +229,23 @@ class _SoFar:
         """The next slice's input: the sequence so far, right-padded to `width` (its input_lengths
         the sequence's), the request's stop and bad words."""
         ids = self.sequence
-        if width > len(ids):
-            ids = np.concatenate([ids, np.full(width - len(ids), self.pad, dtype=np.uint32)])
+        self.padding = max(0, width - len(ids))
+        if self.padding:
+            ids = np.concatenate([ids, np.full(self.padding, self.pad, dtype=np.uint32)])
         return Tokens(ids=ids.reshape(1, -1), count=len(self.sequence), stop_ids=self.prompt_tokens.stop_ids,
                       bad_ids=self.prompt_tokens.bad_ids)  # fmt: skip
 
     def step(self, answered: Step) -> tuple[Step, int]:
         """A slice's step as the whole generation's (log probabilities from its first token on),
-        and how many tokens the slice has added."""
-        new = answered.sequence_length - len(self.sequence)
-        step = answered
+        and how many tokens the slice has added. FT counts a padded row's sequence_length from
+        the input's width (its batch's max_input_length) while its output_ids hold the prompt,
+        then the new tokens (gatherTree removes the padding): the padding comes off the length."""
+        length = answered.sequence_length - self.padding
+        new = length - len(self.sequence)
+        step = answered if not self.padding else Step(answered.output_ids, length, answered.log_probs)
         if answered.log_probs is not None:
             tail = np.asarray(answered.log_probs, dtype=np.float32).reshape(-1)[:new]
-            step = Step(answered.output_ids, answered.sequence_length, np.concatenate([self.earlier, tail]))
+            step = Step(answered.output_ids, length, np.concatenate([self.earlier, tail]))
         self.last = step
         return step, new
 

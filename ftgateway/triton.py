@@ -252,7 +252,8 @@ class Triton:
         until the answer has ended: FT answers once a step for the whole batch, and a sequence
         grows by a token each step until it ends (its length, its end id or a stop word), FT's last
         response repeating the last step; so it is over once the longest sequence (the beams')
-        reaches `longest` tokens, prompt included, or a response brings no new token."""
+        reaches `longest` tokens, prompt included, or a response brings no new token. FT counts a
+        right-padded input's length from its width (rounds.py), so `longest` is the width's."""
         try:
             decoupled = await self.decoupled()
         except InferenceServerException:
@@ -300,7 +301,7 @@ class Triton:
         penalty = _tensor("len_penalty", np.array([[len_penalty]], dtype=np.float32), "FP32")
         last = None
         inputs = [*self._ft_inputs(tokens, max_tokens, params), width, penalty]
-        async for result in self._answers(inputs, tokens.count + max_tokens):
+        async for result in self._answers(inputs, tokens.ids.shape[-1] + max_tokens):
             last = result
         if last is None:
             raise InferenceServerException("the fastertransformer model answered no beams")
@@ -309,7 +310,7 @@ class Triton:
     async def generate(self, tokens: Tokens, max_tokens: int, params: Sampling) -> AsyncIterator[Step]:
         """The sequence so far, once per step the model answers (once in all unless decoupled)."""
         inputs = self._ft_inputs(tokens, max_tokens, params)
-        async with closing(self._answers(inputs, tokens.count + max_tokens)) as answers:
+        async with closing(self._answers(inputs, tokens.ids.shape[-1] + max_tokens)) as answers:
             async for result in answers:
                 yield _step(result)
 

@@ -66,14 +66,18 @@ class TritonPythonModel:
         return responses
 
     def _rows(self, request):
-        """Per batch row: the prompt's ids, the new tokens asked for, the stop and bad words."""
+        """Per batch row: the prompt's ids, the new tokens asked for, the stop and bad words, and
+        how far the row is right-padded past its input_lengths (FT's max_input_length is the
+        ids' width: a batch's rows share it)."""
         ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()  # [batch, len]
         lengths = pb_utils.get_input_tensor_by_name(request, "input_lengths").as_numpy().reshape(-1)
         output_len = pb_utils.get_input_tensor_by_name(request, "request_output_len").as_numpy().reshape(len(ids), -1)
         stops = _word_lists(pb_utils.get_input_tensor_by_name(request, "stop_words_list"), len(ids))
         bads = _word_lists(pb_utils.get_input_tensor_by_name(request, "bad_words_list"), len(ids))
         columns = zip(ids, lengths, output_len[:, 0], stops, bads)  # each has len(ids) rows
-        return [(row[: int(length)].tolist(), int(new), stop, bad) for row, length, new, stop, bad in columns]
+        width = ids.shape[1]
+        return [(row[: int(length)].tolist(), int(new), stop, bad, width - int(length))
+                for row, length, new, stop, bad in columns]  # fmt: skip
 
     def _sampling(self, request):
         """FT's per-request runtime arguments (one value each; FT's defaults where absent)."""
@@ -111,7 +115,7 @@ class TritonPythonModel:
 
     def _decode(self, row, beam_width, sampling):
         """One row's beams (one without beam search), each (tokens with the prompt, log_probs, cum)."""
-        prompt, new, stop, bad = row
+        prompt, new, stop, bad, _padding = row
         if beam_width > 1:
             beams = self.model.beam_search(prompt, new, beam_width, stop=stop, bad=bad, **sampling)
             return [(beam.tokens, beam.log_probs, beam.cum) for beam in beams]
@@ -121,21 +125,23 @@ class TritonPythonModel:
             steps.append(step)
         return [_as_beam(prompt, steps)]
 
-    def _response(self, prompts, rows, end_id, request_output_len, *, log_probs, context_embeddings=None):
+    def _response(self, prompts, rows, end_id, request_output_len, *, padding, log_probs, context_embeddings=None):
         """FT's outputs, [batch, beam, ...]: each beam's prompt and new tokens (padded with end_id),
         lengths, and when is_return_log_probs is true (as ParallelGptTritonModelInstance adds them
         only then) cum_log_probs and output_log_probs (padded to the tokens asked for, as FT's
-        buffer is)."""
+        buffer is). A row right-padded past its input_lengths (`padding`, per row) gets FT's
+        sequence_length: FT counts every row from the batch's input width (decodingInitialize sets
+        max_input_length - 1), while gatherTree moves the row's new tokens to just after its prompt
+        and fills the rest with end_id; so the length is the row's tokens plus its padding."""
         beams = len(rows[0])
-        width = max(len(tokens) for row in rows for tokens, _, _ in row)
-        pad = end_id if end_id is not None else 0
-        output = np.array([[tokens + [pad] * (width - len(tokens)) for tokens, _, _ in row] for row in rows],
+        lengths = [[len(tokens) + pad for tokens, _, _ in row] for row, pad in zip(rows, padding)]
+        width = max(length for row in lengths for length in row)
+        fill = end_id if end_id is not None else 0
+        output = np.array([[tokens + [fill] * (width - len(tokens)) for tokens, _, _ in row] for row in rows],
                           dtype=np.uint32)  # fmt: skip
         tensors = [
             pb_utils.Tensor("output_ids", output),
-            pb_utils.Tensor(
-                "sequence_length", np.array([[len(t) for t, *_ in row] for row in rows], self.length_dtype)
-            ),
+            pb_utils.Tensor("sequence_length", np.array(lengths, self.length_dtype)),
         ]
         if log_probs:
             each = np.zeros((len(rows), beams, max(request_output_len, 1)), dtype=np.float32)
@@ -163,12 +169,13 @@ class TritonPythonModel:
         rows = self._rows(request)
         prompts = [prompt for prompt, *_ in rows]
         decoded = [self._decode(row, beam_width, sampling) for row in rows]
-        asked = max(new for _, new, _, _ in rows)
+        asked = max(new for _, new, *_ in rows)
         return self._response(
             prompts,
             decoded,
             sampling["end_id"],
             asked,
+            padding=[row[-1] for row in rows],
             log_probs=_log_probs(request),
             context_embeddings=self._context_embeddings(request, prompts),
         )
@@ -182,15 +189,12 @@ class TritonPythonModel:
             rows = self._rows(request)
             if len(rows) != 1:
                 raise ValueError("streaming takes one sequence per request")
-            prompt, new, stop, bad = rows[0]
+            prompt, new, stop, bad, padding = rows[0]
             embeddings, log_probs = self._context_embeddings(request, [prompt]), _log_probs(request)
+            shaped = {"padding": [padding], "log_probs": log_probs, "context_embeddings": embeddings}
             if beam_width > 1:
                 decoded = self._decode(rows[0], beam_width, sampling)
-                sender.send(
-                    self._response(
-                        [prompt], [decoded], sampling["end_id"], new, log_probs=log_probs, context_embeddings=embeddings
-                    )
-                )
+                sender.send(self._response([prompt], [decoded], sampling["end_id"], new, **shaped))
             else:
                 steps = []
                 for step in self.model.steps(prompt, new, stop=stop, bad=bad, **sampling):
@@ -199,8 +203,8 @@ class TritonPythonModel:
                         break
                     time.sleep(STEP_SECONDS)
                     steps.append(step)
-                    sender.send(self._response([prompt], [[_as_beam(prompt, steps)]], sampling["end_id"], new,
-                                               log_probs=log_probs, context_embeddings=embeddings))  # fmt: skip
+                    beam = _as_beam(prompt, steps)
+                    sender.send(self._response([prompt], [[beam]], sampling["end_id"], new, **shaped))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         except Exception as err:  # every failure goes back to the client as an error
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err))),

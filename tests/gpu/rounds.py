@@ -49,6 +49,10 @@ def served(repo: Path, work: Path) -> Path:
     (dest / "fastertransformer" / "1").symlink_to(repo / "fastertransformer" / "1", target_is_directory=True)
     config = dest / "fastertransformer" / "config.pbtxt"
     config.write_text(perf.variant_config(config.read_text(), PROD))
+    # An ensemble may not allow a larger batch than a model it contains
+    ensemble = dest / "ensemble" / "config.pbtxt"
+    if ensemble.exists():
+        ensemble.write_text(perf.variant_config(ensemble.read_text(), {"max_batch_size": PROD["max_batch_size"]}))
     return dest
 
 

@@ -29,8 +29,10 @@ def next_token(sequence: list[int]) -> int:
 @dataclass
 class FakeFT:
     """FT's decoupled answers: one step per token, the sequence from the prompt on, each new
-    token's log probability; it stops after END. Records each request (its input length, tokens
-    asked, sampling) and when it was sent, and how many steps it decoded."""
+    token's log probability; it stops after END. A row right-padded past its input length is
+    answered as FT answers it: sequence_length counted from the input's width, output_ids the
+    prompt, the new tokens, then `end` (gatherTree). Records each request (its input length,
+    tokens asked, sampling) and when it was sent, and how many steps it decoded."""
 
     step_s: float = 0.0
     end: int = END
@@ -42,6 +44,7 @@ class FakeFT:
         sequence = tokens.ids.reshape(-1)[: tokens.count].tolist()
         self.sent.append((asyncio.get_running_loop().time(), tokens.count, ask, params))
         self.widths.append(tokens.ids.shape[-1])
+        padding = tokens.ids.shape[-1] - tokens.count
         probs = []
         for _ in range(ask):
             await asyncio.sleep(self.step_s)
@@ -49,8 +52,8 @@ class FakeFT:
             sequence.append(token)
             probs.append(-token / 100)
             self.decoded += 1
-            yield Step(np.array(sequence, dtype=np.uint32).reshape(1, 1, -1), len(sequence),
-                       np.array(probs + [0.0] * (ask - len(probs)), dtype=np.float32))  # fmt: skip
+            ids = np.array(sequence + [self.end] * padding, dtype=np.uint32).reshape(1, 1, -1)
+            yield Step(ids, len(sequence) + padding, np.array(probs + [0.0] * (ask - len(probs)), dtype=np.float32))
             if token == self.end:
                 return
 
@@ -131,7 +134,8 @@ def test_a_round_sends_its_slices_together_and_a_newcomer_joins_at_the_boundary(
 
 def test_a_rounds_slices_share_one_width_for_tritons_batcher():
     """Triton batches only requests of one shape: a round's inputs are right-padded to its longest
-    (input_lengths stay each one's own), within the context; the answers are unchanged. The first
+    (input_lengths stay each one's own), within the context; the answers are unchanged (FT's
+    sequence_length of a padded row counts the padding: it comes off). The first
     round, whose slices joined it one by one as they came, keeps each newcomer's own length where
     it is longer than the first's."""
 

@@ -117,6 +117,22 @@ def test_without_the_final_flag_a_decoupled_answer_ends_when_its_sequence_does(r
     assert "enable_empty_final_response" not in stream.asked  # a Triton before 23.06 does not know it
 
 
+def test_without_the_final_flag_a_padded_input_ends_at_its_width_plus_the_tokens_asked():
+    """A round's slice right-padded from 2 to 4 ids: FT counts its lengths from the width (4 + n)
+    and its output_ids hold the prompt, the new tokens, then end ids. All 3 asked tokens are read."""
+    padded = Tokens(ids=np.array([[1, 2, 0, 0]], dtype=np.uint32), count=2, stop_ids=None)
+    answers = [Streamed(output_ids=np.array([[[1, 2, *new, 0, 0]]], dtype=np.uint32),
+                        sequence_length=np.array([[4 + len(new)]], dtype=np.uint32))
+               for new in ([5], [5, 6], [5, 6, 7])]  # fmt: skip
+    triton, stream = transport(answers, final_response=False)
+
+    async def read():
+        return [s.sequence_length async for s in triton.generate(padded, 3, GREEDY)]
+
+    assert asyncio.run(asyncio.wait_for(read(), timeout=5)) == [5, 6, 7]
+    assert stream.read == 3
+
+
 def test_with_the_final_flag_the_answer_ends_at_tritons_final_response():
     responses = [step([1, 2, 7]), step([1, 2, 7, 9]), step([1, 2, 7, 9], flag=True)]
     triton, stream = transport(responses, final_response=True)
