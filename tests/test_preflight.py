@@ -304,6 +304,11 @@ BAD_INVENTORIES = [
      "ft_convert_tp=2 but fleet_tensor_para_size=1: shards and tuning must be made for the serving"),
     ("int8-with-fp32", "a100x1", {"triton_model_repo_int8_mode": 1, "data_type": "fp32"},
      "triton_model_repo_int8_mode=1 with fleet_model.data_type=fp32: int8 needs fp16 or bf16"),
+    # FT df4a753 has no int8 kernels for SM 90: tritonserver aborted loading on an H100 (2026-12-07)
+    ("int8-on-hopper", "h100x1", {"triton_model_repo_int8_mode": 1, "fleet_ft_container_version": "22.12",
+                                  "fleet_triton_container_version": "22.12"},
+     "triton_model_repo_int8_mode=1 on compute capability 9.0: FT's int8 kernels (int8_mode 1) run on SM 70 to 89 "
+     "only"),
     ("both-batchings", "a100x1",
      {"triton_model_repo_dynamic_batching": True, "triton_model_repo_sequence_batching": True},
      "triton_model_repo_dynamic_batching and triton_model_repo_sequence_batching are both true"),

@@ -9,6 +9,7 @@ from typing import Any
 
 from ftdomain.errors import AnsibleFilterError
 from ftdomain.fleet.gateway import model_context_length
+from ftdomain.ft.cuda import ft_int8_problem
 from ftdomain.ft.families import get_family
 from ftdomain.ft.memory import MIB, ft_memory_fit, ft_memory_plan
 from ftdomain.ft.model import ft_model_params
@@ -100,7 +101,8 @@ def fleet_memory_plan(provided: Any, model: Any, config: Any, gpus: Any) -> dict
         if plan["beam_width"] > 1:
             fixes.append(f"a smaller gateway_max_best_of (the plan counts {plan['beam_width']} beams per request)")
         fixes.append("more GPUs (a larger tensor-parallel size)")
-        if get_family(family).int8 and not plan["int8_mode"]:
+        ccs = [d.get("compute_capability") for d in assigned if d.get("compute_capability")]
+        if get_family(family).int8 and not plan["int8_mode"] and not ft_int8_problem(1, ccs):
             fixes.append("triton_model_repo_int8_mode: 1 (weight-only int8)")
         result["problem"] = (
             f"fleet_model {model.get('name')}: FT needs {summary}, more than {int(fraction * 100)}% of the smallest "

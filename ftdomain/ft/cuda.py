@@ -84,6 +84,32 @@ def cuda_sm(compute_capability: Any) -> str:
     return _one_sm(compute_capability)
 
 
+# The SM values FT df4a753's int8 kernels dispatch to, per int8_mode: weight-only int8 (1) through
+# the fpA_intB GEMMs, whose weights cutlass_preprocessors.cc lays out for SM 70 to 89
+# (getLayoutDetailsForTransform); SmoothQuant (2) through int8_gemm_template.h, SM 80 to 89. On any
+# other GPU FT aborts as it loads the weights: "Unsupported Arch" from int8_mode 1 on an H100
+# (SM 90; docs/gpu-tier.md, "int8").
+FT_INT8_SMS: dict[int, tuple[int, int]] = {1: (70, 89), 2: (80, 89)}
+
+
+def ft_int8_problem(int8_mode: Any, compute_capabilities: Any) -> str:
+    """'' when FT's kernels for int8_mode run on every one of the GPUs' compute capabilities
+    (MAJOR.MINOR, as ansible_local.gpus lists them), else why not and the fix."""
+    mode = int(int8_mode or 0)
+    if mode not in FT_INT8_SMS:
+        return ""
+    low, high = FT_INT8_SMS[mode]
+    outside = sorted({str(cc) for cc in compute_capabilities or [] if not low <= int(_one_sm(cc)) <= high})
+    if not outside:
+        return ""
+    return (
+        f"triton_model_repo_int8_mode={mode} on compute capability {', '.join(outside)}: FT's int8 kernels "
+        f"(int8_mode {mode}) run on SM {low} to {high} only, and FT aborts loading the weights elsewhere "
+        f'("Unsupported Arch"); fix: int8_mode 0 on these GPUs (fp16 weights: a smaller max_batch_size if the '
+        "memory plan needs it)"
+    )
+
+
 def triton_min_driver(container_version: Any) -> dict[str, Any]:
     if not isinstance(container_version, str):
         raise AnsibleFilterError(

@@ -1,5 +1,5 @@
-"""Given the host's GPUs: the containers' CUDA can build FT for them, bf16 runs on them, ft_image_sm
-covers them."""
+"""Given the host's GPUs: the containers' CUDA can build FT for them, bf16 runs on them, FT has int8
+kernels for them where int8_mode is on, ft_image_sm covers them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ftdomain.errors import AnsibleFilterError
-from ftdomain.ft.cuda import container_sms, cuda_sm
+from ftdomain.ft.cuda import container_sms, cuda_sm, ft_int8_problem
+from ftdomain.ft.families import FAMILIES
 
 
 def gpu_problems(v: Mapping[str, Any], gpus: Mapping[str, Any]) -> list[str]:
@@ -40,6 +41,13 @@ def gpu_problems(v: Mapping[str, Any], gpus: Mapping[str, Any]) -> list[str]:
                 )
         if isinstance(model, Mapping) and model.get("data_type") == "bf16" and int(sm) < 80:
             problems.append(f"fleet_model.data_type=bf16: {which}) has no bf16 (SM 80 or later); fix: data_type fp16")
+    int8, family = v.get("triton_model_repo_int8_mode", 0), FAMILIES.get(str(model.get("family", "")))
+    # an int8_mode the family has no kernels for at all is reported with the model repository's checks
+    if int8 in (1, 2) and family is not None and family.int8:
+        ccs = [d["compute_capability"] for d in assigned if d.get("compute_capability")]
+        problem = ft_int8_problem(int8, [cc for cc in ccs if _buildable(cc)])
+        if problem:
+            problems.append(problem)
     sm_arg = v.get("ft_image_sm")
     if sm_arg and assigned:
         needed = {cuda_sm(d["compute_capability"]) for d in assigned if d.get("compute_capability")}
@@ -50,3 +58,12 @@ def gpu_problems(v: Mapping[str, Any], gpus: Mapping[str, Any]) -> list[str]:
                 "fix: remove it (it follows the GPUs) or add those values"
             )
     return problems
+
+
+def _buildable(cc: Any) -> bool:
+    """Whether cuda_sm takes the compute capability (one it refuses is reported above)."""
+    try:
+        cuda_sm(cc)
+    except AnsibleFilterError:
+        return False
+    return True

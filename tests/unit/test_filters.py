@@ -9,7 +9,7 @@ from configs import GPT2, GPTJ_6B, H2OGPT_6_9B, KOGPT_6B, LLAMA_7B, SEEDS
 
 from ftdomain.errors import AnsibleFilterError
 from ftdomain.ft.commands import ft_converter_argv, ft_gemm_argv
-from ftdomain.ft.cuda import cuda_sm, triton_driver_ok, triton_min_driver
+from ftdomain.ft.cuda import cuda_sm, ft_int8_problem, triton_driver_ok, triton_min_driver
 from ftdomain.ft.families import FAMILIES, ft_family
 from ftdomain.ft.layout import (
     ft_config_ini,
@@ -455,6 +455,21 @@ def test_cuda_sm_rejects_bad_input(cc, message):
     with pytest.raises(AnsibleFilterError, match=r"^cuda_sm: ") as err:
         cuda_sm(cc)
     assert message in str(err.value)
+
+
+# ---------------------------------------------------------------- ft_int8_problem
+@pytest.mark.parametrize(
+    ("mode", "ccs", "outside"),
+    [(0, ["9.0"], ""), (1, ["8.0", "8.6", "8.9", "7.0", "7.5"], ""), (1, ["9.0"], "9.0"), (1, ["8.0", "9.0"], "9.0"),
+     (1, ["6.1"], "6.1"), (2, ["8.0", "8.9"], ""), (2, ["7.5", "9.0"], "7.5, 9.0"), (1, [], ""), ("1", ["9.0"], "9.0")],
+)  # fmt: skip
+def test_ft_int8_problem_names_the_gpus_without_int8_kernels(mode, ccs, outside):
+    problem = ft_int8_problem(mode, ccs)
+    if not outside:
+        assert problem == ""
+        return
+    assert problem.startswith(f"triton_model_repo_int8_mode={int(mode)} on compute capability {outside}: ")
+    assert "; fix: int8_mode 0" in problem
 
 
 # ---------------------------------------------------------------- triton_min_driver / triton_driver_ok

@@ -242,6 +242,27 @@ def test_every_problem_at_once():
     assert len(problems) == 5, problems  # duplicates, ports, engine, and both containers for Hopper
 
 
+def test_int8_mode_needs_a_gpu_with_fts_int8_kernels():
+    """FT df4a753: weight-only int8 on SM 70 to 89, SmoothQuant on SM 80 to 89; elsewhere
+    tritonserver aborts loading the weights ("Unsupported Arch" on an H100, docs/gpu-tier.md)."""
+    gpt = {**GOOD, "fleet_model": {**MODEL, "name": "gpt2", "family": "gpt"}}
+    hopper = {**gpt, "fleet_triton_container_version": "22.12", "fleet_ft_container_version": "22.12"}
+    problems = fleet_input_problems({**hopper, "triton_model_repo_int8_mode": 1}, H100)
+    assert problems == [next(p for p in problems if p.startswith("triton_model_repo_int8_mode=1 on compute capability "
+                                                                   "9.0: FT's int8 kernels (int8_mode 1) run on SM 70 "
+                                                                   "to 89 only"))]  # fmt: skip
+    assert fleet_input_problems({**hopper, "triton_model_repo_int8_mode": 0}, H100) == []
+    assert fleet_input_problems({**gpt, "triton_model_repo_int8_mode": 1}, A100) == []
+    assert fleet_input_problems({**gpt, "triton_model_repo_int8_mode": 1}, T4) == []
+    assert "int8_mode 2) run on SM 80 to 89" in " ".join(
+        fleet_input_problems({**gpt, "triton_model_repo_int8_mode": 2}, T4)
+    )
+    # a family without int8 is told so once, by the model repository's check
+    gptj = fleet_input_problems({**GOOD, "triton_model_repo_int8_mode": 1, "fleet_triton_container_version": "22.12",
+                                 "fleet_ft_container_version": "22.12"}, H100)  # fmt: skip
+    assert [p.split(":")[0] for p in gptj] == ["triton_model_repo_int8_mode=1"]
+
+
 def test_without_gpus_the_gpu_checks_are_skipped():
     assert fleet_input_problems({**GOOD, "fleet_require_gpus": False}, H100) == []
     assert fleet_input_problems(GOOD) == []

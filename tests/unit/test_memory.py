@@ -134,6 +134,23 @@ def test_the_llama_guides_two_rtx_3090s_are_refused_with_what_would_fit():
     assert fixed["plan"]["total_mib"] <= fixed["capacity_mib"]
 
 
+def test_int8_is_named_as_a_fix_only_on_gpus_with_ft_int8_kernels():
+    """FT df4a753 has weight-only int8 kernels for SM 70 to 89: on Hopper the refusal names the
+    other fixes, not int8 (tritonserver would abort loading the weights)."""
+    provided = {"fleet_tensor_para_size": 2, "fleet_gpu_devices": [0, 1], "triton_model_repo_max_batch_size": 64,
+                "preflight_gpu_overhead_mib": 1024}  # fmt: skip
+    model = {"name": "llama-7b", "family": "llama", "data_type": "fp16"}
+
+    def problem(cc: str) -> str:
+        gpus = {"devices": [{**d, "compute_capability": cc} for d in LLAMA_GUIDE_GPUS["devices"]]}
+        return fleet_memory_plan(provided, model, SEEDS["llama-7b"][1], gpus)["problem"]
+
+    assert "triton_model_repo_int8_mode: 1" in problem("8.6")
+    hopper = problem("9.0")
+    assert "triton_model_repo_max_batch_size: " in hopper
+    assert "int8_mode" not in hopper
+
+
 def test_max_batch_size_0_plans_the_largest_batch_that_fits():
     model = {"name": "llama-7b", "family": "llama", "data_type": "fp16"}
     provided = {"fleet_tensor_para_size": 2, "fleet_gpu_devices": [0, 1], "triton_model_repo_max_batch_size": 0,
