@@ -41,9 +41,13 @@ class Backend:
         return Tokens(ids=self.ids[: self.prompt].reshape(1, -1), count=self.prompt, stop_ids=None)
 
     async def generate(self, tokens: Tokens, max_tokens: int, params):
-        """The steps after `tokens` (the prompt, or a slice's sequence so far), at most max_tokens."""
+        """The steps after `tokens` (the prompt, or a slice's sequence so far), at most max_tokens,
+        as FT answers them: a right-padded input's length counted from its width, its ids the
+        sequence and then end ids (0)."""
+        pad = tokens.ids.shape[-1] - tokens.count
         for length in range(tokens.count + 1, min(tokens.count + max_tokens, len(self.ids)) + 1):
-            yield Step(output_ids=self.ids[:length].reshape(1, 1, -1), sequence_length=length)
+            ids = np.concatenate([self.ids[:length], np.zeros(pad, dtype=np.uint32)])
+            yield Step(output_ids=ids.reshape(1, 1, -1), sequence_length=length + pad)
 
     async def detokenize_prefixes(self, output_ids: np.ndarray, lengths: list[int]) -> list[str]:
         ids = output_ids.reshape(-1).tolist()
