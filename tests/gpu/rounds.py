@@ -1,4 +1,4 @@
-"""Rounds measured on the GPU (scripts/ft-gpu-check stack --steps perf --rounds S): GPT-J-6B's shape
+"""Rounds measured on the GPU (scripts/ft-gpu-check stack --steps rounds --slice S): GPT-J-6B's shape
 (random fp16 weights, perf.py's checkpoint and conversion), served by one tritonserver with prod's
 serving settings for the fastertransformer model (decoupled, dynamic batching with a 10 ms queue
 delay, max_batch_size 64), and two gateways in front of it, rounds off (slice_tokens 0) and on
@@ -13,7 +13,8 @@ measures each scenario through one gateway and then the other:
 
 Each scenario also reads Triton's model statistics before and after (inference_count against
 execution_count: how many requests each FT batch held) and the gateway's metrics (rounds, their
-slices). Writes rounds.json under --out as it goes (a partial run keeps what it measured).
+slices). Writes rounds.json under --out as it goes (a partial run keeps what it measured);
+GuideLLM's own reports stay under --device-root (rounds/reports).
 
     python3 tests/gpu/rounds.py --tritonserver DIR --backends DIR --libs DIR... --repos DIR
         --device-root DIR --stub-python VENV --gateway-python VENV --gateway-app ZIP --guidellm VENV
@@ -84,8 +85,11 @@ def difference(after: dict, before: dict) -> dict:
 class Runs:
     """The scenarios through both gateways, each result written to rounds.json as it comes."""
 
-    def __init__(self, args, http: str, gateways: dict[str, str], out: Path, tokenizer: Path) -> None:
+    def __init__(self, args, http: str, gateways: dict[str, str], out: Path, *, tokenizer: Path, reports: Path) -> None:
         self.args, self.http, self.gateways, self.out, self.tokenizer = args, http, gateways, out, tokenizer
+        # GuideLLM's reports and logs, two per scenario and gateway, stay beside the work: the
+        # device tool brings back a limited number of files from --out, which rounds.json keeps whole.
+        self.reports = reports
         self.found: dict = {"slice_tokens": args.slice, "settings": PROD, "scenarios": {}}
 
     def save(self) -> None:
@@ -95,13 +99,13 @@ class Runs:
         """One scenario through each gateway: GuideLLM's summary, Triton's batches, the rounds."""
         results = {}
         for mode, url in self.gateways.items():
-            report = self.out / f"rounds-{name}-{mode}.json"
+            report = self.reports / f"rounds-{name}-{mode}.json"
             triton_before, rounds_before = triton_stats(self.http), gateway_rounds(url)
             argv = guidellm_run.command(self.args.guidellm, target=url.removesuffix("/v1"), model="gptj",
                                         tokenizer=self.tokenizer, profile=profile, data=data, requests=requests,
                                         report=report)  # fmt: skip
             began = time.monotonic()
-            levels = guidellm_run.execute(argv, report, self.out / f"rounds-{name}-{mode}.log")
+            levels = guidellm_run.execute(argv, report, self.reports / f"rounds-{name}-{mode}.log")
             batches = difference(triton_stats(self.http), triton_before)
             results[mode] = {**levels[0], "seconds": round(time.monotonic() - began, 1), "triton": batches,
                              "requests_per_batch": round(batches["requests"] / max(1, batches["batches"]), 2),
@@ -155,7 +159,9 @@ def main() -> int:
                   "admission_queue": 1024, "admission_wait_ms": 600000}  # fmt: skip
         with stack.gateway(args, target, local=True, slice_tokens=0, **common) as (off, _l1), \
              stack.gateway(args, target, local=True, slice_tokens=args.slice, **common) as (on, _l2):  # fmt: skip
-            runs = Runs(args, http, {"off": off, "on": on}, args.out, ckpt)
+            reports = work / "reports"
+            reports.mkdir(exist_ok=True)
+            runs = Runs(args, http, {"off": off, "on": on}, args.out, tokenizer=ckpt, reports=reports)
             capacity = {}
             if "closed" in scenarios:
                 for clients in (1, 16, 64, 4):
