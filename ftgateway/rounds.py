@@ -172,7 +172,7 @@ class Rounds:
                 granted = True
                 try:
                     async for answered in source:
-                        step, new = so_far.step(answered)
+                        step, new = so_far.step(answered, part)
                         if new >= ask:  # the slice's last step: its place goes back before its text is read
                             self.end()
                             granted = False
@@ -219,7 +219,6 @@ class _SoFar:
         self.sequence = tokens.ids.reshape(-1)[: tokens.count].astype(np.uint32)
         self.earlier = np.zeros(0, dtype=np.float32)
         self.last: Step | None = None
-        self.padding = 0  # how far the slice in flight's input is padded past the sequence
 
     @property
     def generated(self) -> int:
@@ -229,23 +228,24 @@ class _SoFar:
         """The next slice's input: the sequence so far, right-padded to `width` (its input_lengths
         the sequence's), the request's stop and bad words."""
         ids = self.sequence
-        self.padding = max(0, width - len(ids))
-        if self.padding:
-            ids = np.concatenate([ids, np.full(self.padding, self.pad, dtype=np.uint32)])
+        if width > len(ids):
+            ids = np.concatenate([ids, np.full(width - len(ids), self.pad, dtype=np.uint32)])
         return Tokens(ids=ids.reshape(1, -1), count=len(self.sequence), stop_ids=self.prompt_tokens.stop_ids,
                       bad_ids=self.prompt_tokens.bad_ids)  # fmt: skip
 
-    def step(self, answered: Step) -> tuple[Step, int]:
+    def step(self, answered: Step, part: Tokens) -> tuple[Step, int]:
         """A slice's step as the whole generation's (log probabilities from its first token on),
         and how many tokens the slice has added. FT counts a padded row's sequence_length from
         the input's width (its batch's max_input_length) while its output_ids hold the prompt,
-        then the new tokens (gatherTree removes the padding): the padding comes off the length."""
-        length = answered.sequence_length - self.padding
+        then the new tokens (gatherTree removes the padding): the slice's padding (`part`, its
+        input) comes off the length."""
+        length = answered.sequence_length - (part.ids.shape[-1] - part.count)
         new = length - len(self.sequence)
-        step = answered if not self.padding else Step(answered.output_ids, length, answered.log_probs)
-        if answered.log_probs is not None:
-            tail = np.asarray(answered.log_probs, dtype=np.float32).reshape(-1)[:new]
-            step = Step(answered.output_ids, length, np.concatenate([self.earlier, tail]))
+        log_probs = answered.log_probs
+        if log_probs is not None:
+            tail = np.asarray(log_probs, dtype=np.float32).reshape(-1)[:new]
+            log_probs = np.concatenate([self.earlier, tail])
+        step = Step(answered.output_ids, length, log_probs)
         self.last = step
         return step, new
 

@@ -101,7 +101,7 @@ def fleet_memory_plan(provided: Any, model: Any, config: Any, gpus: Any) -> dict
         if plan["beam_width"] > 1:
             fixes.append(f"a smaller gateway_max_best_of (the plan counts {plan['beam_width']} beams per request)")
         fixes.append("more GPUs (a larger tensor-parallel size)")
-        ccs = [d.get("compute_capability") for d in assigned if d.get("compute_capability")]
+        ccs = [d.get("compute_capability") for d in assigned]
         if get_family(family).int8 and not plan["int8_mode"] and not ft_int8_problem(1, ccs):
             fixes.append("triton_model_repo_int8_mode: 1 (weight-only int8)")
         result["problem"] = (

@@ -94,16 +94,24 @@ FT_INT8_SMS: dict[int, tuple[int, int]] = {1: (70, 89), 2: (80, 89)}
 
 def ft_int8_problem(int8_mode: Any, compute_capabilities: Any) -> str:
     """'' when FT's kernels for int8_mode run on every one of the GPUs' compute capabilities
-    (MAJOR.MINOR, as ansible_local.gpus lists them), else why not and the fix."""
+    (MAJOR.MINOR, as ansible_local.gpus lists them), else why not and the fix. A capability FT
+    builds no kernels for at all (or none known) is left to the GPU checks, which report it."""
     mode = int(int8_mode or 0)
     if mode not in FT_INT8_SMS:
         return ""
     low, high = FT_INT8_SMS[mode]
-    outside = sorted({str(cc) for cc in compute_capabilities or [] if not low <= int(_one_sm(cc)) <= high})
+    outside = set()
+    for cc in compute_capabilities or []:
+        try:
+            sm = int(_one_sm(cc))
+        except AnsibleFilterError:
+            continue
+        if not low <= sm <= high:
+            outside.add(str(cc))
     if not outside:
         return ""
     return (
-        f"triton_model_repo_int8_mode={mode} on compute capability {', '.join(outside)}: FT's int8 kernels "
+        f"triton_model_repo_int8_mode={mode} on compute capability {', '.join(sorted(outside))}: FT's int8 kernels "
         f"(int8_mode {mode}) run on SM {low} to {high} only, and FT aborts loading the weights elsewhere "
         f'("Unsupported Arch"); fix: int8_mode 0 on these GPUs (fp16 weights: a smaller max_batch_size if the '
         "memory plan needs it)"

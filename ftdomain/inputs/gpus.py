@@ -44,8 +44,7 @@ def gpu_problems(v: Mapping[str, Any], gpus: Mapping[str, Any]) -> list[str]:
     int8, family = v.get("triton_model_repo_int8_mode", 0), FAMILIES.get(str(model.get("family", "")))
     # an int8_mode the family has no kernels for at all is reported with the model repository's checks
     if int8 in (1, 2) and family is not None and family.int8:
-        ccs = [d["compute_capability"] for d in assigned if d.get("compute_capability")]
-        problem = ft_int8_problem(int8, [cc for cc in ccs if _buildable(cc)])
+        problem = ft_int8_problem(int8, [d.get("compute_capability") for d in assigned])
         if problem:
             problems.append(problem)
     sm_arg = v.get("ft_image_sm")
@@ -58,12 +57,3 @@ def gpu_problems(v: Mapping[str, Any], gpus: Mapping[str, Any]) -> list[str]:
                 "fix: remove it (it follows the GPUs) or add those values"
             )
     return problems
-
-
-def _buildable(cc: Any) -> bool:
-    """Whether cuda_sm takes the compute capability (one it refuses is reported above)."""
-    try:
-        cuda_sm(cc)
-    except AnsibleFilterError:
-        return False
-    return True
