@@ -1,16 +1,29 @@
-"""Load the Jinja filter and test plugins once, in the controller, before its workers fork.
+"""Warm the controller before its workers fork: the filter and test plugins loaded once, and each
+module's AnsiballZ payload built once across runs instead of once in every run.
 
-Ansible runs each task on each host in a worker process forked from the controller. The first
-time a worker templates an expression that names a filter or a test (`x | length`, `x is defined`),
-Ansible imports every filter and test plugin file it can see (ansible-core's and this project's
-filter_plugins/, 17 files) to build its table of names; the controller itself never does, so no
-worker inherits that table and every worker builds it again: on this project's 2-core machines,
-about 10 ms of CPU per task and host, which is most of what a task such as
-`assert: that: x | length == 0` costs beyond a plain `set_fact` (docs/performance.md, "A thousand
-hosts"). This callback builds the table in the controller at the start of each play (a second
-call finds it built and returns at once), so that every worker forked after it inherits it.
-Ansible clears the table itself when a directory of plugins is added later (a role's own
-filter_plugins/, say), and the workers then build it as before: never a stale table.
+Plugins. Ansible runs each task on each host in a worker process forked from the controller. The
+first time a worker templates an expression that names a filter or a test (`x | length`, `x is
+defined`), Ansible imports every filter and test plugin file it can see (ansible-core's and this
+project's filter_plugins/, 17 files) to build its table of names; the controller itself never
+does, so no worker inherits that table and every worker builds it again: on this project's 2-core
+machines, about 10 ms of CPU per task and host, which is most of what a task such as `assert:
+that: x | length == 0` costs beyond a plain `set_fact` (docs/performance.md, "A thousand hosts").
+This callback builds the table in the controller at the start of each play (a second call finds it
+built and returns at once), so that every worker forked after it inherits it. Ansible clears the
+table itself when a directory of plugins is added later (a role's own filter_plugins/, say), and
+the workers then build it as before: never a stale table.
+
+Payloads. Before a module first runs, Ansible builds its payload (the module and every
+module_utils file it imports, found by parsing each one, zipped): about 0.13 s of CPU per module on
+this project's machines. It keeps the payload in a folder of the run's own temporary directory, so
+every run builds each of its modules again (a site.yml run about 20 of them; the tests run
+ansible-playbook over a thousand times). This callback makes that folder a link to one kept per
+set of module sources (`payload_cache`, below): ansible-core's version and the stat of each of its
+module and module_utils files, each installed collection's MANIFEST.json, the Python's version, and
+the module and module_utils folders the configuration names. A change to any of them is another
+folder; an edit inside an installed collection without reinstalling it is not seen (empty the
+folder then). Ansible's own lock and rename keep concurrent runs from reading a partial payload.
+An empty `payload_cache` turns this off.
 
 Enabled by ansible.cfg (callbacks_enabled), ftfleet, scripts/scale-bench and Molecule's
 configuration, which also point Ansible at this folder (ansible-runner and Molecule replace
@@ -19,20 +32,79 @@ ansible.cfg's callback_plugins path with their own).
 
 from __future__ import annotations
 
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import ansible
+import ansible.constants as C
 from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import filter_loader, test_loader
+from ansible.release import __version__ as ANSIBLE_VERSION
 
 DOCUMENTATION = r"""
 name: fleet_warm
 type: aggregate
-short_description: Load the filter and test plugins in the controller, before its workers fork
+short_description: Load the filter and test plugins once, and build each module's payload once
 description:
   - At the start of each play, loads every Jinja filter and test plugin the run can see, in the
     controller, so that the workers it forks for each task and host inherit them instead of each
     importing every plugin file again.
+  - At the start of the run, points Ansible's folder of built module payloads (AnsiballZ) at one
+    kept across runs for the same module sources, so that a run builds only the payloads no earlier
+    run built.
 requirements:
   - enabled in callbacks_enabled (ansible.cfg does), and this folder in callback_plugins
+options:
+  payload_cache:
+    description:
+      - The folder under which the payloads are kept, one folder per set of module sources. Empty
+        turns the shared payloads off (each run builds its own, as Ansible does).
+    default: ~/.cache/ftfleet/ansiballz
+    type: str
+    env:
+      - name: FLEET_PAYLOAD_CACHE
+    ini:
+      - section: callback_fleet_warm
+        key: payload_cache
 """
+
+
+def module_sources() -> str:
+    """A digest of what a module's payload is built from: ansible-core's version and its modules
+    and module_utils (each file's size and time), each installed collection's MANIFEST.json, the
+    folders of modules and module_utils the configuration adds, and the Python's version."""
+    seen = [ANSIBLE_VERSION, sys.version]
+    core = Path(ansible.__file__).parent
+    folders = [core / "modules", core / "module_utils"]
+    for configured in (C.DEFAULT_MODULE_PATH, C.DEFAULT_MODULE_UTILS_PATH):
+        folders += [Path(folder) for folder in configured or []]
+    for folder in folders:
+        for parent, _dirs, files in os.walk(folder):
+            for name in sorted(files):
+                stat = os.stat(os.path.join(parent, name))
+                seen.append(f"{parent}/{name} {stat.st_size} {stat.st_mtime_ns}")
+    roots = [*sys.path, *(C.COLLECTIONS_PATHS or [])]
+    for root in dict.fromkeys(roots):
+        for manifest in sorted(Path(root).glob("ansible_collections/*/*/MANIFEST.json")):
+            stat = manifest.stat()
+            seen.append(f"{manifest} {stat.st_size} {stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(seen).encode()).hexdigest()[:16]
+
+
+def share_payloads(cache: str) -> Path | None:
+    """Link this run's folder of built payloads to `cache`/<module sources>; None when the run
+    keeps its own (no cache, or Ansible built a payload already)."""
+    if not cache:
+        return None
+    run_folder = Path(C.DEFAULT_LOCAL_TMP) / "ansiballz_cache"
+    if os.path.lexists(run_folder):
+        return None
+    shared = Path(cache).expanduser() / module_sources()
+    shared.mkdir(mode=0o700, parents=True, exist_ok=True)
+    run_folder.symlink_to(shared, target_is_directory=True)
+    return shared
 
 
 class CallbackModule(CallbackBase):
@@ -40,6 +112,15 @@ class CallbackModule(CallbackBase):
     CALLBACK_TYPE = "aggregate"
     CALLBACK_NAME = "fleet_warm"
     CALLBACK_NEEDS_ENABLED = True
+
+    def v2_playbook_on_start(self, playbook: object) -> None:
+        try:
+            shared = share_payloads(self.get_option("payload_cache"))
+        except OSError as error:  # a folder it may not write: the run builds its own payloads
+            self._display.warning(f"fleet_warm: module payloads are not shared across runs: {error}")
+        else:
+            if shared:
+                self._display.vvv(f"fleet_warm: module payloads kept in {shared}")
 
     def v2_playbook_on_play_start(self, play: object) -> None:
         for loader in (filter_loader, test_loader):

@@ -1,10 +1,13 @@
 """callback_plugins/fleet_warm.py: the controller loads the filter and test plugins once, before it
-forks its workers, and every worker inherits them (docs/performance.md, "A thousand hosts")."""
+forks its workers, and every worker inherits them (docs/performance.md, "A thousand hosts"); each
+module's payload is built once across runs, in a folder of its sources."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import subprocess
 import sys
 
 from conftest import ROOT, run_playbook
@@ -86,3 +89,72 @@ def test_ansible_cfg_enables_it_and_ftfleet_keeps_its_folder_before_ansible_runn
             str(ROOT / "callback_plugins"), "/opt/mine"]  # fmt: skip
     finally:
         del os.environ["ANSIBLE_CALLBACK_PLUGINS"]
+
+
+MODULES_PLAY = """
+- name: Tasks of three modules
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: A command
+      ansible.builtin.command: "true"
+      changed_when: false
+
+    - name: A stat
+      ansible.builtin.stat:
+        path: /
+
+    - name: A file
+      ansible.builtin.file:
+        path: /
+        state: directory
+      check_mode: true
+"""
+
+
+def _payloads(tmp_path, cache: str) -> subprocess.CompletedProcess[str]:
+    inventory = tmp_path / "hosts.yml"
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(json.dumps({"all": {"hosts": {"node": local}}}))
+    (tmp_path / "modules.yml").write_text(MODULES_PLAY)
+    done = run_playbook("-i", inventory, tmp_path / "modules.yml", "-vvv", FLEET_PAYLOAD_CACHE=cache)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def _built(cache) -> dict[str, int]:
+    """payload file -> its modification time, under every folder of module sources in `cache`."""
+    return {str(p.relative_to(cache)): p.stat().st_mtime_ns for p in cache.glob("*/*")
+            if not p.name.endswith((".lock", "-part"))}  # fmt: skip
+
+
+def test_each_modules_payload_is_built_once_across_runs_in_the_folder_of_its_sources(tmp_path):
+    """The first run builds the payloads of its three modules into the shared folder; a second run
+    builds none (the same files, untouched); with payload_cache empty, the run keeps its own."""
+    cache = tmp_path / "payloads"
+    said = _payloads(tmp_path, str(cache)).stdout
+    first = _built(cache)
+    assert f"fleet_warm: module payloads kept in {cache}/" in said
+    assert sorted(name.split("/")[1] for name in first) == [
+        "ansible.modules.command-ZIP_DEFLATED-none", "ansible.modules.file-ZIP_DEFLATED-none",
+        "ansible.modules.stat-ZIP_DEFLATED-none"], first  # fmt: skip
+    assert len({name.split("/")[0] for name in first}) == 1, first  # one folder of module sources
+    _payloads(tmp_path, str(cache))
+    assert _built(cache) == first
+    assert "module payloads kept in" not in _payloads(tmp_path, "").stdout
+
+
+def test_the_folder_of_module_sources_changes_with_a_module_utils_file(tmp_path, monkeypatch):
+    """A module_utils file the configuration names, written again with other bytes, gives another
+    folder: a payload is never taken from a folder built from other sources."""
+    spec = importlib.util.spec_from_file_location("fleet_warm", ROOT / "callback_plugins" / "fleet_warm.py")
+    warm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(warm)
+    utils = tmp_path / "module_utils"
+    utils.mkdir()
+    (utils / "mine.py").write_text("A = 1\n")
+    monkeypatch.setattr(warm.C, "DEFAULT_MODULE_UTILS_PATH", [str(utils)])
+    before = warm.module_sources()
+    assert warm.module_sources() == before
+    (utils / "mine.py").write_text("A = 22\n")
+    assert warm.module_sources() != before
