@@ -63,7 +63,8 @@ def test_site_lists_the_tasks_of_every_stage_role(inventory):
 def test_role_has_argument_spec_for_every_default(role):
     spec_file = ROOT / "roles" / role / "meta" / "argument_specs.yml"
     assert spec_file.is_file(), f"{role}: meta/argument_specs.yml is missing"
-    options = yaml.safe_load(spec_file.read_text())["argument_specs"]["main"].get("options", {})
+    entry_points = yaml.safe_load(spec_file.read_text())["argument_specs"]
+    options = {name: opt for entry in entry_points.values() for name, opt in (entry.get("options") or {}).items()}
     defaults_file = ROOT / "roles" / role / "defaults" / "main.yml"
     defaults = (yaml.safe_load(defaults_file.read_text()) or {}) if defaults_file.exists() else {}
     undocumented = sorted(set(defaults) - set(options))

@@ -18,6 +18,7 @@ import ansible_runner
 import pytest
 from conftest import BIN, ROOT, failed_tasks, run_playbook
 
+from ftfleet.cli import callback_path
 from ftfleet.events import Run, Step
 
 pytestmark = pytest.mark.docker
@@ -85,7 +86,8 @@ def converge(work: Path, *cmdline: str, playbook: str = "converge.yml") -> tuple
         private_data_dir=str(work), project_dir=str(ROOT), playbook=str(FIXTURE / playbook),
         inventory=str(FIXTURE / "inventory.yml"), cmdline=shlex.join(cmdline), quiet=True, event_handler=run.handle,
         envvars={"ANSIBLE_NOCOLOR": "1", "PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
-                 "ANSIBLE_SKIP_TAGS": "serve"},  # the rollout's models stage only (models.yml)
+                 "ANSIBLE_SKIP_TAGS": "serve",  # the rollout's models stage only (models.yml)
+                 **callback_path()},  # ansible.cfg's callbacks (fleet_warm), as ftfleet apply runs them
     )  # fmt: skip
     if runner.status != "successful" and not run.failures:  # Ansible itself refused: keep its words
         run.failures.append(Step(host="-", stage="", role="", task="ansible-playbook", duration=0.0, handler=False,
