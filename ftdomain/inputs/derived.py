@@ -30,9 +30,10 @@ def _read_specs() -> dict[str, list]:
     specs = {}
     for path in sorted(PROJECT.glob("roles/*/meta/argument_specs.yml")):
         role = path.parent.parent.name
-        options = read_yaml(path)["argument_specs"]["main"].get("options") or {}
-        for name, spec in options.items():
-            specs[name] = [role, {k: v for k, v in spec.items() if k in ("type", "choices", "elements")}]
+        entry_points = read_yaml(path)["argument_specs"]  # main first: an option it declares wins
+        for entry in sorted(entry_points, key=lambda entry: entry != "main"):
+            for name, spec in (entry_points[entry].get("options") or {}).items():
+                specs.setdefault(name, [role, {k: v for k, v in spec.items() if k in ("type", "choices", "elements")}])
     return specs
 
 
