@@ -45,15 +45,21 @@ PLAY = """
 """.replace("HOSTS", str(HOSTS))
 
 
+def _local_inventory(tmp_path, hosts: list[str]):
+    """An inventory of `hosts` reached on the local connection with this Python."""
+    inventory = tmp_path / "hosts.yml"
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(json.dumps({"all": {"hosts": dict.fromkeys(hosts, local)}}))
+    return inventory
+
+
 def _importers(tmp_path, callbacks: str) -> list[str]:
     """The processes that imported the probe during a run of PLAY with these callbacks enabled."""
     probe = tmp_path / "probe"
     probe.mkdir(exist_ok=True)
     (probe / "zz_fleet_probe.py").write_text(PROBE)
     log = tmp_path / f"imports-{'warm' if 'fleet_warm' in callbacks else 'cold'}.log"
-    inventory = tmp_path / "hosts.yml"
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory.write_text(json.dumps({"all": {"hosts": {f"node{n}": local for n in range(HOSTS)}}}))
+    inventory = _local_inventory(tmp_path, [f"node{n}" for n in range(HOSTS)])
     (tmp_path / "play.yml").write_text(PLAY)
     done = run_playbook(
         "-i", inventory, tmp_path / "play.yml",
@@ -113,9 +119,7 @@ MODULES_PLAY = """
 
 
 def _payloads(tmp_path, cache: str) -> subprocess.CompletedProcess[str]:
-    inventory = tmp_path / "hosts.yml"
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory.write_text(json.dumps({"all": {"hosts": {"node": local}}}))
+    inventory = _local_inventory(tmp_path, ["node"])
     (tmp_path / "modules.yml").write_text(MODULES_PLAY)
     done = run_playbook("-i", inventory, tmp_path / "modules.yml", "-vvv", FLEET_PAYLOAD_CACHE=cache)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
