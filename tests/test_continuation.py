@@ -129,8 +129,12 @@ def pair(tmp_path_factory) -> Iterator[Pair]:
                 host.gateway.terminate()
                 host.gateway.wait(timeout=30)
             host.stack.close()
+        # All stopped before any is waited for: a gateway stopping waits (its graceful seconds,
+        # 30) for a continuation another one still holds open (28 s in test_over_tls_..., when
+        # the TLS peer was stopped and waited for first).
         for proc in found.extra:
             proc.terminate()
+        for proc in found.extra:
             proc.wait(timeout=30)
 
 

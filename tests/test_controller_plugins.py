@@ -1,16 +1,23 @@
 """callback_plugins/fleet_warm.py: the controller loads the filter and test plugins once, before it
 forks its workers, and every worker inherits them (docs/performance.md, "A thousand hosts"); each
-module's payload is built once across runs, in a folder of its sources."""
+module's payload is built once across runs, in a folder of its sources, and gets its bytecode in
+the next run."""
 
 from __future__ import annotations
 
+import base64
 import importlib.util
+import io
 import json
 import os
+import pickle
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 from conftest import ROOT, run_playbook
+from tritonlocal import other_python
 
 from ftfleet.cli import callback_path
 
@@ -129,12 +136,13 @@ def _payloads(tmp_path, cache: str) -> subprocess.CompletedProcess[str]:
 def _built(cache) -> dict[str, int]:
     """payload file -> its modification time, under every folder of module sources in `cache`."""
     return {str(p.relative_to(cache)): p.stat().st_mtime_ns for p in cache.glob("*/*")
-            if not p.name.endswith((".lock", "-part"))}  # fmt: skip
+            if not p.name.endswith((".lock", "-part", ".bytecode"))}  # fmt: skip
 
 
 def test_each_modules_payload_is_built_once_across_runs_in_the_folder_of_its_sources(tmp_path):
-    """The first run builds the payloads of its three modules into the shared folder; a second run
-    builds none (the same files, untouched); with payload_cache empty, the run keeps its own."""
+    """The first run builds the payloads of its three modules into the shared folder; the second
+    builds none and adds their bytecode; a third touches none; with payload_cache empty, the run
+    keeps its own."""
     cache = tmp_path / "payloads"
     said = _payloads(tmp_path, str(cache)).stdout
     first = _built(cache)
@@ -143,9 +151,68 @@ def test_each_modules_payload_is_built_once_across_runs_in_the_folder_of_its_sou
         "ansible.modules.command-ZIP_DEFLATED-none", "ansible.modules.file-ZIP_DEFLATED-none",
         "ansible.modules.stat-ZIP_DEFLATED-none"], first  # fmt: skip
     assert len({name.split("/")[0] for name in first}) == 1, first  # one folder of module sources
-    _payloads(tmp_path, str(cache))
-    assert _built(cache) == first
+    assert "fleet_warm: bytecode added to 3 module payloads" in _payloads(tmp_path, str(cache)).stdout
+    second = _built(cache)
+    assert second.keys() == first.keys()
+    assert "fleet_warm: bytecode added to 0 module payloads" in _payloads(tmp_path, str(cache)).stdout
+    assert _built(cache) == second
     assert "module payloads kept in" not in _payloads(tmp_path, "").stdout
+
+
+def test_a_local_module_does_not_inherit_pythonunbuffered(tmp_path):
+    """With PYTHONUNBUFFERED in the controller's environment, a module of a local host (and what it
+    runs) has none: its Python reads its payload from a buffered standard input."""
+    inventory = _local_inventory(tmp_path, ["node"])
+    (tmp_path / "env.yml").write_text(ENV_PLAY)
+    done = run_playbook("-i", inventory, tmp_path / "env.yml", PYTHONUNBUFFERED="1", FLEET_PROBE="here")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "FLEET_PROBE=here" in done.stdout  # the module's environment, printed
+    assert "PYTHONUNBUFFERED" not in done.stdout
+
+
+ENV_PLAY = """
+- name: A module's environment
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Its environment
+      ansible.builtin.command: env
+      register: fleet_env
+      changed_when: false
+
+    - name: Print it
+      ansible.builtin.debug:
+        var: fleet_env.stdout_lines
+"""
+
+
+def _module_utils_file(payload: Path, tmp_path: Path, python: str) -> str:
+    """The file `python` imports ansible.module_utils.basic from, out of the payload's zip."""
+    zipped = tmp_path / "payload.zip"
+    with payload.open("rb") as cached:
+        zipped.write_bytes(base64.b64decode(pickle.load(cached).zip_data))
+    probe = f"import sys; sys.path[:0] = [{str(zipped)!r}]; import ansible.module_utils.basic as m; print(m.__file__)"
+    done = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_host_of_the_controllers_python_imports_the_payloads_bytecode_and_another_its_source(tmp_path):
+    """After a second run, the stat module's payload holds a .pyc beside each .py: the controller's
+    Python imports module_utils from the bytecode, Python 3.9 (a Debian 11 host's) from the source,
+    and each file's bytecode is what its source compiles to."""
+    cache = tmp_path / "payloads"
+    _payloads(tmp_path, str(cache))
+    _payloads(tmp_path, str(cache))
+    (payload,) = cache.glob("*/ansible.modules.stat-ZIP_DEFLATED-none")
+    with payload.open("rb") as cached:
+        archive = zipfile.ZipFile(io.BytesIO(base64.b64decode(pickle.load(cached).zip_data)))
+    sources = [n for n in archive.namelist() if n.endswith(".py")]
+    assert "ansible/module_utils/basic.py" in sources
+    assert {n + "c" for n in sources} <= set(archive.namelist())
+    assert _module_utils_file(payload, tmp_path, sys.executable).endswith("ansible/module_utils/basic.pyc")
+    debian11 = str(other_python("3.9"))  # skips where there is none, but in CI
+    assert _module_utils_file(payload, tmp_path, debian11).endswith("ansible/module_utils/basic.py")
 
 
 def test_the_folder_of_module_sources_changes_with_a_module_utils_file(tmp_path, monkeypatch):
