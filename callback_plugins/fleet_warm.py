@@ -28,13 +28,14 @@ An empty `payload_cache` turns this off.
 Bytecode. On the host, a module's Python imports the payload's module_utils from the zip, and
 Python compiles a file it imports from a zip every time (it writes no bytecode there): about 45 ms
 of CPU per module and host (`ansible.module_utils.basic` and what it imports, 100 ms to import
-against 55 ms from bytecode). At the start of each run, this callback adds to each payload an earlier
-run built the bytecode of each of its Python files, compiled by the controller's Python, in the
-zip beside the source (hash-checked: Python uses it only while it matches the source beside it). A
-host whose Python is the controller's version (the lab's and the tests' Debian 12 hosts, 3.11)
-imports the bytecode; any other Python finds a version it does not read and compiles the source
-as before. A payload gets its bytecode once (a marker file beside it says so), written to a
-temporary file and renamed over the old one, so a run that reads it meanwhile reads either.
+against 55 ms from bytecode). At the start of each run and of each task, this callback adds to each
+payload built before (by an earlier run or task) the bytecode of each of its Python files, compiled
+by the controller's Python, in the zip beside the source (hash-checked: Python uses it only while
+it matches the source beside it). A host whose Python is the controller's version (the lab's and
+the tests' Debian 12 hosts, 3.11) imports the bytecode; any other Python finds a version it does
+not read and compiles the source as before. A payload gets its bytecode once (a marker file beside
+it says so), written to a temporary file and renamed over the old one, so a run that reads it
+meanwhile reads either.
 
 Local modules. A module on a host of the local connection (the controller itself: preflight's
 checks, the tests' hosts) is a Python that reads its payload from its standard input, and with
@@ -81,8 +82,9 @@ description:
     importing every plugin file again.
   - At the start of the run, points Ansible's folder of built module payloads (AnsiballZ) at one
     kept across runs for the same module sources, so that a run builds only the payloads no earlier
-    run built, and adds to each payload an earlier run built the bytecode of its Python files, so
-    that a host with the controller's Python version does not compile them each time.
+    run built, and, at the start of the run and of each task, adds to each payload built before
+    the bytecode of its Python files, so that a host with the controller's Python version does
+    not compile them each time.
   - At the start of the run, removes PYTHONUNBUFFERED from the environment the workers and the
     modules of local hosts inherit (with it, a module's Python reads its payload one byte per
     system call).
@@ -192,21 +194,39 @@ class CallbackModule(CallbackBase):
     CALLBACK_NAME = "fleet_warm"
     CALLBACK_NEEDS_ENABLED = True
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._shared: Path | None = None  # the run's shared folder of payloads, while bytecode goes in
+
     def v2_playbook_on_start(self, playbook: object) -> None:
         os.environ.pop("PYTHONUNBUFFERED", None)  # for the modules the workers start (above)
         try:
-            shared = share_payloads(self.get_option("payload_cache"))
+            self._shared = share_payloads(self.get_option("payload_cache"))
         except OSError as error:  # a folder it may not write: the run builds its own payloads
             self._display.warning(f"fleet_warm: module payloads are not shared across runs: {error}")
         else:
-            if shared:
-                self._display.vvv(f"fleet_warm: module payloads kept in {shared}")
-                try:
-                    added = add_bytecode(shared)
-                except Exception as error:  # Ansible's private cache format: never fail a run on it
-                    self._display.warning(f"fleet_warm: no bytecode added to the module payloads: {error!r}")
-                else:
-                    self._display.vvv(f"fleet_warm: bytecode added to {added} module payloads")
+            if self._shared:
+                self._display.vvv(f"fleet_warm: module payloads kept in {self._shared}")
+                self._add_bytecode(always_say=True)
+
+    def _add_bytecode(self, always_say: bool = False) -> None:
+        """Bytecode into the payloads built since (at a task's start: those of the tasks before)."""
+        if not self._shared:
+            return
+        try:
+            added = add_bytecode(self._shared)
+        except Exception as error:  # Ansible's private cache format: never fail a run on it
+            self._display.warning(f"fleet_warm: no bytecode added to the module payloads: {error!r}")
+            self._shared = None
+        else:
+            if added or always_say:
+                self._display.vvv(f"fleet_warm: bytecode added to {added} module payloads")
+
+    def v2_playbook_on_task_start(self, task: object, is_conditional: bool) -> None:
+        self._add_bytecode()
+
+    def v2_playbook_on_handler_task_start(self, task: object) -> None:
+        self._add_bytecode()
 
     def v2_playbook_on_play_start(self, play: object) -> None:
         for loader in (filter_loader, test_loader):

@@ -140,9 +140,9 @@ def _built(cache) -> dict[str, int]:
 
 
 def test_each_modules_payload_is_built_once_across_runs_in_the_folder_of_its_sources(tmp_path):
-    """The first run builds the payloads of its three modules into the shared folder; the second
-    builds none and adds their bytecode; a third touches none; with payload_cache empty, the run
-    keeps its own."""
+    """The first run builds the payloads of its three modules into the shared folder, and each gets
+    its bytecode when the next task starts; the second run builds none and adds the last one's
+    bytecode; a third touches none; with payload_cache empty, the run keeps its own."""
     cache = tmp_path / "payloads"
     said = _payloads(tmp_path, str(cache)).stdout
     first = _built(cache)
@@ -151,7 +151,13 @@ def test_each_modules_payload_is_built_once_across_runs_in_the_folder_of_its_sou
         "ansible.modules.command-ZIP_DEFLATED-none", "ansible.modules.file-ZIP_DEFLATED-none",
         "ansible.modules.stat-ZIP_DEFLATED-none"], first  # fmt: skip
     assert len({name.split("/")[0] for name in first}) == 1, first  # one folder of module sources
-    assert "fleet_warm: bytecode added to 3 module payloads" in _payloads(tmp_path, str(cache)).stdout
+    # The payloads of the first two tasks got their bytecode as the next task started; the last
+    # one's in the next run.
+    assert sorted(p.name for p in cache.glob("*/*.bytecode")) == [
+        "ansible.modules.command-ZIP_DEFLATED-none.bytecode",
+        "ansible.modules.stat-ZIP_DEFLATED-none.bytecode",
+    ]
+    assert "fleet_warm: bytecode added to 1 module payloads" in _payloads(tmp_path, str(cache)).stdout
     second = _built(cache)
     assert second.keys() == first.keys()
     assert "fleet_warm: bytecode added to 0 module payloads" in _payloads(tmp_path, str(cache)).stdout
