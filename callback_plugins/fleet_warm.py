@@ -142,16 +142,19 @@ def share_payloads(cache: str) -> Path | None:
 
 
 BYTECODE_MARK = ".bytecode"  # beside a payload: its bytecode was added
-# Ansible's own files in the folder: a build's lock and the file it writes before its rename.
+# The other files in the folder: a build's lock, a file written before its rename (Ansible's and
+# add_bytecode's), the marks.
 NOT_PAYLOADS = (".lock", "-part", BYTECODE_MARK)
 
 
 def with_bytecode(zip_data: bytes) -> bytes:
     """A payload's base64 zip with a hash-checked .pyc of this Python beside each .py file: zipimport
     takes a .pyc first where its version is the host Python's and its hash matches the source."""
-    source = zipfile.ZipFile(io.BytesIO(base64.b64decode(zip_data)))
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as payload:
+    with (
+        zipfile.ZipFile(io.BytesIO(base64.b64decode(zip_data))) as source,
+        zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as payload,
+    ):
         names = set(source.namelist())
         for info in source.infolist():
             data = source.read(info)

@@ -1,7 +1,7 @@
 """callback_plugins/fleet_warm.py: the controller loads the filter and test plugins once, before it
 forks its workers, and every worker inherits them (docs/performance.md, "A thousand hosts"); each
-module's payload is built once across runs, in a folder of its sources, and gets its bytecode in
-the next run."""
+module's payload is built once across runs, in a folder of its sources, and gets its bytecode when
+the next task starts; local modules run without PYTHONUNBUFFERED."""
 
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def _module_utils_file(payload: Path, tmp_path: Path, python: str) -> str:
 def test_a_host_of_the_controllers_python_imports_the_payloads_bytecode_and_another_its_source(tmp_path):
     """After a second run, the stat module's payload holds a .pyc beside each .py: the controller's
     Python imports module_utils from the bytecode, Python 3.9 (a Debian 11 host's) from the source,
-    and each file's bytecode is what its source compiles to."""
+    and each file's bytecode carries its source's hash, to be checked against it on the host."""
     cache = tmp_path / "payloads"
     _payloads(tmp_path, str(cache))
     _payloads(tmp_path, str(cache))
@@ -216,6 +216,9 @@ def test_a_host_of_the_controllers_python_imports_the_payloads_bytecode_and_anot
     sources = [n for n in archive.namelist() if n.endswith(".py")]
     assert "ansible/module_utils/basic.py" in sources
     assert {n + "c" for n in sources} <= set(archive.namelist())
+    for name in sources:  # the pyc header: this Python's magic, hash-based and checked, the source's hash
+        header = archive.read(name + "c")[:16]
+        assert header == importlib.util.MAGIC_NUMBER + b"\3\0\0\0" + importlib.util.source_hash(archive.read(name))
     assert _module_utils_file(payload, tmp_path, sys.executable).endswith("ansible/module_utils/basic.pyc")
     debian11 = str(other_python("3.9"))  # skips where there is none, but in CI
     assert _module_utils_file(payload, tmp_path, debian11).endswith("ansible/module_utils/basic.py")
